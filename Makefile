@@ -1,0 +1,32 @@
+# k3serve top-level entry points. Two commands matter on a fresh Debian 12 machine (as root):
+#   make serve   install dependencies, build, run the demo (see README: what it runs today)
+#   make test    install dependencies, build, run every test through ctest
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: deps configure build test serve bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Until the HTTP server lands (issue 6), `make serve` runs the most complete program there is:
+# the kernel self-check and benchmark table. It says so on stdout; it does not pretend to serve.
+serve: build
+	@$(BUILD_DIR)/k3 serve
+
+bench: build
+	@$(BUILD_DIR)/k3 bench kernels
+
+clean:
+	@rm -rf $(BUILD_DIR)

@@ -1,0 +1,45 @@
+#pragma once
+// Run-time instruction-set selection for the CPU kernels.
+//
+// Kernels with hand-written SIMD paths (MXFP4 GEMM, bf16 GEMV) ship a scalar, an AVX2+FMA and
+// an AVX-512 (F/BW/VL/DQ) variant and pick one per call through active_isa(). The choice is
+// made once from CPUID; the environment variable K3_ISA=scalar|avx2|avx512 lowers it (never
+// raises it above what the CPU has) so benchmarks and bug reports can pin a path. This file is
+// the only place the kernels read the environment.
+//
+// Thread safety: active_isa() is safe from any thread; set_isa_override() is for tests and
+// benchmarks and must not race with running kernels.
+
+#include <string_view>
+
+namespace k3 {
+
+enum class isa { scalar = 0, avx2 = 1, avx512 = 2 };
+
+/// Best ISA the CPU supports (ignores overrides).
+[[nodiscard]] isa detected_isa() noexcept;
+
+/// ISA the kernels use now: min(detected, K3_ISA, set_isa_override()).
+[[nodiscard]] isa active_isa() noexcept;
+
+/// Forces a path (clamped to detected_isa()); returns the previous active value.
+isa set_isa_override(isa level) noexcept;
+
+[[nodiscard]] std::string_view to_string(isa level) noexcept;
+
+/// Parses "scalar", "avx2", "avx512"; false on anything else.
+bool parse_isa(std::string_view text, isa& out) noexcept;
+
+/// RAII override for a scope (tests sweep every path with it).
+class scoped_isa {
+public:
+  explicit scoped_isa(isa level) noexcept : prev_(set_isa_override(level)) {}
+  ~scoped_isa() { set_isa_override(prev_); }
+  scoped_isa(const scoped_isa&) = delete;
+  scoped_isa& operator=(const scoped_isa&) = delete;
+
+private:
+  isa prev_;
+};
+
+} // namespace k3

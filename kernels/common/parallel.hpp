@@ -1,0 +1,41 @@
+#pragma once
+// Data-parallel loops for the CPU kernels.
+//
+// One primitive, parallel_for(n, fn): fn(i) runs for every i in [0, n) on the kernel thread
+// pool (OpenMP underneath, shared with the OpenMP build of OpenBLAS so the two never
+// oversubscribe). Work is handed out dynamically in single items, so callers choose item
+// granularity (rows, heads, expert tiles) big enough to amortise scheduling (~1 µs).
+// Nested calls run serially in the calling thread. fn must not throw.
+
+#include <cstdint>
+
+#include <omp.h>
+
+namespace k3 {
+
+/// Number of threads parallel_for uses (OMP_NUM_THREADS or the core count).
+[[nodiscard]] inline int kernel_threads() noexcept { return omp_get_max_threads(); }
+
+template <class Fn>
+void parallel_for(std::int64_t n, Fn&& fn) {
+  if (n <= 0) return;
+  if (n == 1 || omp_in_parallel() || omp_get_max_threads() == 1) {
+    for (std::int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t i = 0; i < n; ++i) fn(i);
+}
+
+/// Runs fn(thread_index, num_threads) once on every pool thread (for static partitions).
+template <class Fn>
+void parallel_threads(Fn&& fn) {
+  if (omp_in_parallel() || omp_get_max_threads() == 1) {
+    fn(0, 1);
+    return;
+  }
+#pragma omp parallel
+  fn(omp_get_thread_num(), omp_get_num_threads());
+}
+
+} // namespace k3

@@ -1,0 +1,98 @@
+#include "kernels/mxfp4/mxfp4_gemm.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/common/cpu_features.hpp"
+#include "kernels/common/parallel.hpp"
+
+namespace k3::mxfp4 {
+namespace {
+
+detail::gemm_rows_fn select() noexcept {
+  switch (active_isa()) {
+    case isa::avx512: return detail::gemm_rows_avx512;
+    case isa::avx2: return detail::gemm_rows_avx2;
+    case isa::scalar: break;
+  }
+  return detail::gemm_rows_scalar;
+}
+
+void check(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, const float* y,
+           std::int64_t ldy, const char* who) {
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (w.cols <= 0 || w.cols % block_size != 0)
+    fail("cols=" + std::to_string(w.cols) + " must be a positive multiple of 32");
+  if (w.rows < 0 || m < 0) fail("negative rows or token count");
+  if (m > 0 && w.rows > 0) {
+    if (!x || !y || !w.packed || !w.scales) fail("null pointer");
+    if (ldx < w.cols) fail("ldx=" + std::to_string(ldx) + " < cols=" + std::to_string(w.cols));
+    if (ldy < w.rows && m > 1) fail("ldy=" + std::to_string(ldy) + " < rows=" + std::to_string(w.rows));
+  }
+}
+
+// Row tile handed to one pool item: large enough to amortise the per-tile activation
+// de-interleave (cost m·K) against m·K·tile multiply-adds, small enough for balance.
+std::int64_t row_tile(std::int64_t rows, std::int64_t m) {
+  const std::int64_t threads = kernel_threads();
+  std::int64_t tile = std::max<std::int64_t>(16, (rows + 8 * threads - 1) / (8 * threads));
+  if (m > 16) tile = std::max<std::int64_t>(tile, 32);
+  return (tile + 3) / 4 * 4;
+}
+
+} // namespace
+
+void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t row_begin,
+               std::int64_t row_end, float* y, std::int64_t ldy) {
+  check(x, ldx, m, w, y, ldy, "mxfp4::gemm_rows");
+  row_begin = std::max<std::int64_t>(0, row_begin);
+  row_end = std::min(row_end, w.rows);
+  if (m == 0 || row_end <= row_begin) return;
+  select()(x, ldx, m, w, row_begin, row_end, y, ldy);
+}
+
+void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy) {
+  check(x, ldx, m, w, y, ldy, "mxfp4::gemm");
+  if (m == 0 || w.rows == 0) return;
+  const auto fn = select();
+  const std::int64_t tile = row_tile(w.rows, m);
+  const std::int64_t tiles = (w.rows + tile - 1) / tile;
+  parallel_for(tiles, [&](std::int64_t t) {
+    fn(x, ldx, m, w, t * tile, std::min(w.rows, (t + 1) * tile), y, ldy);
+  });
+}
+
+void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
+                  std::int64_t ldy) {
+  struct item {
+    std::size_t seg;
+    std::int64_t r0, r1;
+  };
+  std::vector<item> items;
+  std::int64_t total_rows = 0;
+  for (const auto& s : segments) {
+    if (s.end < s.begin) throw std::invalid_argument("mxfp4::grouped_gemm: segment end < begin");
+    check(x, ldx, s.end - s.begin, s.w, y, ldy, "mxfp4::grouped_gemm");
+    if (s.end > s.begin) total_rows += s.w.rows;
+  }
+  if (total_rows == 0) return;
+  const std::int64_t threads = kernel_threads();
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    if (s.end <= s.begin || s.w.rows == 0) continue;
+    // Aim for ≥ 4 items per thread over the whole call, never tiles under 16 rows.
+    std::int64_t tile = std::max<std::int64_t>(16, total_rows / (4 * threads));
+    tile = (tile + 3) / 4 * 4;
+    for (std::int64_t r = 0; r < s.w.rows; r += tile) items.push_back({i, r, std::min(s.w.rows, r + tile)});
+  }
+  const auto fn = select();
+  parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t k) {
+    const item& it = items[static_cast<std::size_t>(k)];
+    const auto& s = segments[it.seg];
+    fn(x + s.begin * ldx, ldx, s.end - s.begin, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+  });
+}
+
+} // namespace k3::mxfp4

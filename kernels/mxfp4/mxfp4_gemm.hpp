@@ -1,0 +1,70 @@
+#pragma once
+// MXFP4-weight x fp32-activation GEMV / small-M GEMM, and the expert-grouped form.
+//
+//   y[m, r] = sum_k x[m, k] * W[r, k]        (W in compressed-tensors MXFP4 layout)
+//
+// Weights are dequantized in registers (E2M1 lookup, exact power-of-two scale); products and
+// sums are fp32, so the result equals "dequantize then fp32 GEMM" up to summation order.
+// M is the token count (1..64 is the designed range; larger M works, tiled by 4 tokens).
+// Paths: AVX-512, AVX2+FMA, scalar, chosen by k3::active_isa().
+//
+// Threading: gemm() and grouped_gemm() split rows over the kernel pool (parallel_for);
+// gemm_rows() is serial for callers that already parallelise. All are reentrant.
+// REQUIRES: w.cols % 32 == 0, x has m rows of ≥ w.cols floats (stride ldx), y has m rows of
+// ≥ w.rows floats (stride ldy); x and y do not alias. Violations throw std::invalid_argument.
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/mxfp4/mxfp4_format.hpp"
+
+namespace k3::mxfp4 {
+
+/// Non-owning view of one MXFP4 matrix (e.g. a memory-mapped expert projection).
+struct matrix_view {
+  const std::uint8_t* packed = nullptr; ///< [rows, cols/2]
+  const std::uint8_t* scales = nullptr; ///< [rows, cols/32]
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+
+  [[nodiscard]] static matrix_view of(const packed_matrix& m) noexcept {
+    return {m.packed.data(), m.scales.data(), m.rows, m.cols};
+  }
+  /// Bytes read by one pass over the weights (packed + scales).
+  [[nodiscard]] std::int64_t bytes() const noexcept { return rows * (cols / 2) + rows * (cols / block_size); }
+};
+
+/// y = x · Wᵀ for m tokens, parallel over row tiles.
+void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy);
+
+/// Serial form over rows [row_begin, row_end) only.
+void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t row_begin,
+               std::int64_t row_end, float* y, std::int64_t ldy);
+
+/// One expert's share of a grouped call: tokens [begin, end) of the sorted activations use w.
+struct expert_segment {
+  matrix_view w;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+
+/// Expert-grouped GEMM: for each segment s, y[begin_s:end_s, :w_s.rows] = x[begin_s:end_s] · W_sᵀ.
+/// Rows of x are tokens already sorted by expert (see moe_permutation in kernels/router).
+/// All segments' work is spread over the pool as (segment, row-tile) items in one call.
+/// REQUIRES: segments do not overlap in [begin, end); every w_s has the same cols.
+void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
+                  std::int64_t ldy);
+
+namespace detail {
+// Per-ISA serial kernels (same contract as gemm_rows; m ≥ 1, shapes already checked).
+using gemm_rows_fn = void (*)(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t,
+                              std::int64_t, float*, std::int64_t);
+void gemm_rows_scalar(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
+                      float*, std::int64_t);
+void gemm_rows_avx2(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
+                    float*, std::int64_t);
+void gemm_rows_avx512(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
+                      float*, std::int64_t);
+} // namespace detail
+
+} // namespace k3::mxfp4

@@ -1,0 +1,138 @@
+// AVX2+FMA MXFP4 GEMM.
+//
+// Decode: nibbles of 16 packed bytes are split with and/shift and mapped through a pshufb
+// table holding 2·E2M1 as int8 (so every entry is an integer), widened to int32 and converted
+// to fp32; the factor 1/2 is folded into the block scale. As in the AVX-512 path activations
+// are de-interleaved into even/odd halves once per token tile.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/mxfp4/mxfp4_gemm.hpp"
+
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+namespace k3::mxfp4::detail {
+namespace {
+
+struct decoded {
+  __m256 e0, e1, o0, o1; // even cols j=0..7, 8..15 of the block; odd cols likewise
+};
+
+inline decoded decode_block(const std::uint8_t* p, __m128i lut, __m128i lo_mask) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, lo_mask));
+  const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), lo_mask));
+  decoded d;
+  d.e0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  d.e1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  d.o0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  d.o1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+  return d;
+}
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int R, int TG>
+void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const float* sc, std::int64_t nb,
+              const float* xs, std::int64_t half, float* y, std::int64_t ldy) {
+  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i lo_mask = _mm_set1_epi8(0x0F);
+  __m256 acc[R][TG];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TG; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    for (int r = 0; r < R; ++r) {
+      decoded d = decode_block(packed + r * row_bytes + b * 16, lut, lo_mask);
+      const __m256 s = _mm256_set1_ps(sc[r * nb + b]); // already holds scale / 2
+      if constexpr (TG == 1) {
+        const float* xe = xs + b * 16;
+        const float* xo = xs + half + b * 16;
+        __m256 p = _mm256_mul_ps(d.e0, _mm256_loadu_ps(xe));
+        p = _mm256_fmadd_ps(d.e1, _mm256_loadu_ps(xe + 8), p);
+        p = _mm256_fmadd_ps(d.o0, _mm256_loadu_ps(xo), p);
+        p = _mm256_fmadd_ps(d.o1, _mm256_loadu_ps(xo + 8), p);
+        acc[r][0] = _mm256_fmadd_ps(p, s, acc[r][0]);
+      } else {
+        d.e0 = _mm256_mul_ps(d.e0, s);
+        d.e1 = _mm256_mul_ps(d.e1, s);
+        d.o0 = _mm256_mul_ps(d.o0, s);
+        d.o1 = _mm256_mul_ps(d.o1, s);
+        for (int t = 0; t < TG; ++t) {
+          const float* xe = xs + t * 2 * half + b * 16;
+          const float* xo = xe + half;
+          __m256 a = acc[r][t];
+          a = _mm256_fmadd_ps(d.e0, _mm256_loadu_ps(xe), a);
+          a = _mm256_fmadd_ps(d.e1, _mm256_loadu_ps(xe + 8), a);
+          a = _mm256_fmadd_ps(d.o0, _mm256_loadu_ps(xo), a);
+          acc[r][t] = _mm256_fmadd_ps(d.o1, _mm256_loadu_ps(xo + 8), a);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TG; ++t) y[t * ldy + r] = hsum256(acc[r][t]);
+}
+
+template <int TG>
+void rows256(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xs, float* sc, float* y,
+             std::int64_t ldy) {
+  constexpr int R = TG <= 2 ? 4 : 2;
+  const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, half = w.cols / 2;
+  auto load_scales = [&](std::int64_t row, float* out) {
+    for (std::int64_t b = 0; b < nb; ++b) out[b] = 0.5f * e8m0_decode(w.scales[row * nb + b]);
+  };
+  std::int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    for (int i = 0; i < R; ++i) load_scales(r + i, sc + i * nb);
+    micro256<R, TG>(w.packed + r * rb, rb, sc, nb, xs, half, y + r, ldy);
+  }
+  for (; r < r1; ++r) {
+    load_scales(r, sc);
+    micro256<1, TG>(w.packed + r * rb, rb, sc, nb, xs, half, y + r, ldy);
+  }
+}
+
+void tile256(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1,
+             float* y, std::int64_t ldy, float* xs, float* sc) {
+  const std::int64_t half = w.cols / 2;
+  for (int t = 0; t < tg; ++t)
+    for (std::int64_t j = 0; j < half; ++j) {
+      xs[t * 2 * half + j] = x[t * ldx + 2 * j];
+      xs[t * 2 * half + half + j] = x[t * ldx + 2 * j + 1];
+    }
+  switch (tg) {
+    case 1: rows256<1>(w, r0, r1, xs, sc, y, ldy); break;
+    case 2: rows256<2>(w, r0, r1, xs, sc, y, ldy); break;
+    case 3: rows256<3>(w, r0, r1, xs, sc, y, ldy); break;
+    default: rows256<4>(w, r0, r1, xs, sc, y, ldy); break;
+  }
+}
+
+} // namespace
+} // namespace k3::mxfp4::detail
+
+#pragma GCC pop_options
+
+namespace k3::mxfp4::detail {
+
+void gemm_rows_avx2(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
+                    std::int64_t r1, float* y, std::int64_t ldy) {
+  constexpr int max_tg = 4;
+  thread_local std::vector<float> xs, sc;
+  xs.resize(static_cast<std::size_t>(max_tg * w.cols));
+  sc.resize(static_cast<std::size_t>(4 * (w.cols / block_size)));
+  for (std::int64_t t0 = 0; t0 < m; t0 += max_tg) {
+    const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
+    tile256(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data(), sc.data());
+  }
+}
+
+} // namespace k3::mxfp4::detail

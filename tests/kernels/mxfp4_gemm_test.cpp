@@ -1,0 +1,143 @@
+// MXFP4 GEMM / grouped GEMM vs the fp64 dequantize-then-multiply reference, on every SIMD
+// path the CPU offers, over odd shapes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "kernels/common/cpu_features.hpp"
+#include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/mxfp4/mxfp4_ref.hpp"
+#include "tests/support/test_util.hpp"
+
+using namespace k3;
+using namespace k3::mxfp4;
+
+namespace {
+
+packed_matrix random_matrix(test::rng& r, std::int64_t rows, std::int64_t cols) {
+  packed_matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.packed.resize(rows * cols / 2);
+  m.scales.resize(rows * cols / 32);
+  for (auto& b : m.packed) b = static_cast<std::uint8_t>(r.bits());
+  for (auto& s : m.scales) s = static_cast<std::uint8_t>(118 + r.below(12));
+  return m;
+}
+
+// |got - ref| ≤ 1e-5 · Σ|x·w| per output: an order-independent bound for fp32 summation.
+void check_against_ref(const std::vector<float>& x, std::int64_t ldx, std::int64_t m, const packed_matrix& w,
+                       const std::vector<float>& y, std::int64_t ldy) {
+  const auto ref = gemm_ref(x.data(), ldx, m, matrix_view::of(w));
+  std::vector<float> deq(w.rows * w.cols);
+  dequantize(w.packed.data(), w.scales.data(), w.rows, w.cols, deq.data());
+  for (std::int64_t t = 0; t < m; ++t)
+    for (std::int64_t r = 0; r < w.rows; ++r) {
+      double mag = 0;
+      for (std::int64_t k = 0; k < w.cols; ++k) mag += std::fabs(x[t * ldx + k] * deq[r * w.cols + k]);
+      const double err = std::fabs(y[t * ldy + r] - ref[t * w.rows + r]);
+      INFO("token " << t << " row " << r << " got " << y[t * ldy + r] << " ref " << ref[t * w.rows + r]);
+      REQUIRE(err <= 1e-5 * mag + 1e-30);
+    }
+}
+
+std::vector<isa> paths() {
+  std::vector<isa> v{isa::scalar};
+  if (detected_isa() >= isa::avx2) v.push_back(isa::avx2);
+  if (detected_isa() >= isa::avx512) v.push_back(isa::avx512);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("mxfp4 gemm: all paths match the fp64 reference over odd shapes", "[mxfp4][gemm]") {
+  const std::uint64_t seed = 20261202;
+  INFO("seed=" << seed);
+  test::rng r(seed);
+  const std::int64_t rows_set[] = {1, 7, 33, 127};
+  const std::int64_t cols_set[] = {32, 96, 160, 544};
+  const std::int64_t m_set[] = {1, 2, 3, 5, 8, 9, 16, 17, 33, 64};
+  for (isa path : paths()) {
+    scoped_isa pin(path);
+    INFO("isa=" << to_string(path));
+    for (auto rows : rows_set)
+      for (auto cols : cols_set) {
+        const auto w = random_matrix(r, rows, cols);
+        for (auto m : m_set) {
+          if (rows * cols * m > 127 * 544 * 17 && m > 17) continue; // keep the suite fast
+          INFO("rows=" << rows << " cols=" << cols << " m=" << m);
+          const std::int64_t ldx = cols + 3, ldy = rows + 5; // strides wider than the data
+          auto x = r.normals(m * ldx);
+          std::vector<float> y(m * ldy, NAN);
+          gemm(x.data(), ldx, m, matrix_view::of(w), y.data(), ldy);
+          check_against_ref(x, ldx, m, w, y, ldy);
+        }
+      }
+  }
+}
+
+TEST_CASE("mxfp4 gemm: SIMD paths agree with the scalar path", "[mxfp4][gemm]") {
+  test::rng r(42);
+  const auto w = random_matrix(r, 61, 3584 / 4);
+  for (std::int64_t m : {1, 4, 16}) {
+    auto x = r.normals(m * w.cols);
+    std::vector<float> ys(m * w.rows), yv(m * w.rows);
+    {
+      scoped_isa pin(isa::scalar);
+      gemm(x.data(), w.cols, m, matrix_view::of(w), ys.data(), w.rows);
+    }
+    for (isa path : paths()) {
+      scoped_isa pin(path);
+      gemm(x.data(), w.cols, m, matrix_view::of(w), yv.data(), w.rows);
+      INFO("isa=" << to_string(path) << " m=" << m);
+      CHECK(test::rel_rmse(std::span<const float>(yv), std::span<const float>(ys)) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("mxfp4 gemm: NaN scale poisons exactly its row", "[mxfp4][gemm]") {
+  test::rng r(3);
+  auto w = random_matrix(r, 9, 64);
+  w.scales[2 * 2 + 1] = nan_scale; // row 2, second block
+  auto x = r.normals(64);
+  for (isa path : paths()) {
+    scoped_isa pin(path);
+    std::vector<float> y(9);
+    gemm(x.data(), 64, 1, matrix_view::of(w), y.data(), 9);
+    for (int i = 0; i < 9; ++i) CHECK(std::isnan(y[i]) == (i == 2));
+  }
+}
+
+TEST_CASE("mxfp4 gemm: shape errors are reported, not crashed on", "[mxfp4][gemm]") {
+  std::vector<std::uint8_t> p(64), s(4);
+  std::vector<float> x(100), y(4);
+  CHECK_THROWS_AS(gemm(x.data(), 33, 1, {p.data(), s.data(), 2, 33}, y.data(), 2), std::invalid_argument);
+  CHECK_THROWS_AS(gemm(x.data(), 16, 1, {p.data(), s.data(), 2, 32}, y.data(), 2), std::invalid_argument);
+}
+
+TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
+  const std::uint64_t seed = 99;
+  INFO("seed=" << seed);
+  test::rng r(seed);
+  const std::int64_t rows = 40, cols = 128;
+  std::vector<packed_matrix> experts;
+  for (int e = 0; e < 5; ++e) experts.push_back(random_matrix(r, rows, cols));
+  // Segment sizes with an empty expert and a hot one.
+  const std::int64_t sizes[] = {3, 0, 17, 1, 9};
+  std::vector<expert_segment> segs;
+  std::int64_t total = 0;
+  for (int e = 0; e < 5; ++e) {
+    segs.push_back({matrix_view::of(experts[e]), total, total + sizes[e]});
+    total += sizes[e];
+  }
+  auto x = r.normals(total * cols);
+  for (isa path : paths()) {
+    scoped_isa pin(path);
+    std::vector<float> y(total * rows, NAN), want(total * rows, NAN);
+    grouped_gemm(x.data(), cols, segs, y.data(), rows);
+    for (const auto& s : segs)
+      gemm_rows(x.data() + s.begin * cols, cols, s.end - s.begin, s.w, 0, rows, want.data() + s.begin * rows, rows);
+    INFO("isa=" << to_string(path));
+    CHECK(y == want);
+  }
+}
