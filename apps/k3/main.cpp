@@ -1,0 +1,138 @@
+// k3 — the single k3serve binary. Subcommands:
+//   serve       OpenAI-compatible server (not built yet: see `k3 serve`)
+//   run         offline generation          (issue 4)
+//   make-model  random-weight checkpoint    (issue 4)
+//   sim         cluster simulator           (issue 7)
+//   shard       remote expert-shard host    (issue 5)
+//   bench       benchmarks: `k3 bench kernels [--only mxfp4|dense|kda] [--quick] ...`
+//   version     library versions and the CPU path in use
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/kernel_bench.hpp"
+#include "kernels/common/cpu_features.hpp"
+
+namespace k3::app {
+int version_main();
+}
+
+namespace {
+
+void usage(FILE* out) {
+  std::fputs("usage: k3 <command> [options]\n"
+             "commands:\n"
+             "  bench kernels [--only mxfp4|dense|kda] [--quick] [--gib N] [--kda-tokens T]\n"
+             "                [--kda-heads H] [--seconds S] [--isa scalar|avx2|avx512]\n"
+             "  serve         (server not built yet; runs the kernel check, see README)\n"
+             "  version\n"
+             "  run | make-model | sim | shard   (not built yet)\n",
+             out);
+}
+
+bool parse_number(std::string_view text, double& out) {
+  char* end = nullptr;
+  const std::string s(text);
+  out = std::strtod(s.c_str(), &end);
+  return end && *end == '\0' && !s.empty();
+}
+
+int bench_main(const std::vector<std::string_view>& args) {
+  if (args.empty() || args[0] != "kernels") {
+    std::fputs("k3 bench: expected `k3 bench kernels` (server benchmarks arrive with the server)\n", stderr);
+    return 2;
+  }
+  k3::bench::kernel_bench_options o;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const auto a = args[i];
+    auto value = [&](const char* name) -> std::string_view {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "k3 bench kernels: %s needs a value\n", name);
+        std::exit(2);
+      }
+      return args[++i];
+    };
+    auto number = [&](const char* name) {
+      double v;
+      const auto text = value(name);
+      if (!parse_number(text, v) || v <= 0) {
+        std::fprintf(stderr, "k3 bench kernels: %s expects a positive number, got '%.*s'\n", name,
+                     static_cast<int>(text.size()), text.data());
+        std::exit(2);
+      }
+      return v;
+    };
+    if (a == "--only") {
+      o.only = std::string(value("--only"));
+      if (o.only != "mxfp4" && o.only != "dense" && o.only != "kda") {
+        std::fprintf(stderr, "k3 bench kernels: --only must be mxfp4, dense or kda, got '%s'\n", o.only.c_str());
+        return 2;
+      }
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--gib") {
+      o.working_set_gib = number("--gib");
+    } else if (a == "--kda-tokens") {
+      o.kda_tokens = static_cast<int>(number("--kda-tokens"));
+    } else if (a == "--kda-heads") {
+      o.kda_heads = static_cast<int>(number("--kda-heads"));
+    } else if (a == "--seconds") {
+      o.min_seconds = number("--seconds");
+    } else if (a == "--isa") {
+      k3::isa level;
+      const auto text = value("--isa");
+      if (!k3::parse_isa(text, level)) {
+        std::fprintf(stderr, "k3 bench kernels: --isa must be scalar, avx2 or avx512\n");
+        return 2;
+      }
+      k3::set_isa_override(level);
+    } else {
+      std::fprintf(stderr, "k3 bench kernels: unknown option '%.*s'\n", static_cast<int>(a.size()), a.data());
+      return 2;
+    }
+  }
+  return k3::bench::run_kernel_benchmarks(o);
+}
+
+int not_built(std::string_view cmd, const char* issue) {
+  std::fprintf(stderr, "k3 %.*s: not part of this build yet (tracked in %s)\n", static_cast<int>(cmd.size()),
+               cmd.data(), issue);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string_view cmd = argv[1];
+  std::vector<std::string_view> args(argv + 2, argv + argc);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "version" || cmd == "--version") return k3::app::version_main();
+  if (cmd == "bench") return bench_main(args);
+  if (cmd == "serve") {
+    // The HTTP server is issue 6. Until it exists `make serve` runs the most complete program
+    // there is — the kernel validation and benchmark table — and says so plainly.
+    std::printf("k3 serve: the OpenAI-compatible server is not built yet (issue 6).\n"
+                "Running the kernel self-check and benchmarks instead (quick sizes).\n");
+    k3::app::version_main();
+    k3::bench::kernel_bench_options o;
+    o.quick = true;
+    return k3::bench::run_kernel_benchmarks(o);
+  }
+  if (cmd == "run" || cmd == "make-model") return not_built(cmd, "issue 4");
+  if (cmd == "sim") return not_built(cmd, "issue 7");
+  if (cmd == "shard") return not_built(cmd, "issue 5");
+  if (cmd == "tokenize") return not_built(cmd, "issue 3");
+  std::fprintf(stderr, "k3: unknown command '%.*s'\n", static_cast<int>(cmd.size()), cmd.data());
+  usage(stderr);
+  return 2;
+}

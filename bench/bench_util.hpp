@@ -1,0 +1,39 @@
+#pragma once
+// Small helpers shared by the kernel benchmarks: wall-clock timing, a streaming-read baseline
+// over the same bytes the kernel reads, and fixed-width table output.
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace k3::bench {
+
+/// Seconds since an arbitrary epoch (steady clock).
+[[nodiscard]] inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Runs fn() until at least min_seconds have passed (and at least min_reps times); returns the
+/// best per-call time of `trials` such batches (best-of filters out neighbours on a shared box).
+double time_best(const std::function<void()>& fn, double min_seconds, int trials = 3, int min_reps = 1);
+
+/// Reads `bytes` bytes starting at each pointer of `regions` with wide loads on all kernel
+/// threads; returns the checksum so the compiler cannot drop the loads.
+std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::int64_t>>& regions);
+
+/// A printed table: header once, then rows; columns right-aligned to fixed widths.
+class table {
+public:
+  explicit table(std::vector<std::pair<std::string, int>> columns);
+  void row(const std::vector<std::string>& cells);
+
+private:
+  std::vector<std::pair<std::string, int>> cols_;
+};
+
+[[nodiscard]] std::string fmt(double v, int decimals = 2);
+
+} // namespace k3::bench

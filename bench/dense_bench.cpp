@@ -1,0 +1,2 @@
+#include "bench/kernel_bench.hpp"
+namespace k3::bench { int run_dense_bench(const kernel_bench_options&) { return 0; } }
