@@ -1,0 +1,77 @@
+// AVX-512 bf16 GEMV: 4 rows x up to 8 tokens per pass; bf16 -> fp32 is a zero-extend and a
+// 16-bit shift, so each weight costs one widening op shared by all tokens of the pass.
+#include <algorithm>
+
+#include "kernels/dense/dense_gemm.hpp"
+
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+
+namespace k3::dense::detail {
+namespace {
+
+inline __m512 widen(const bf16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+inline __m512 widen_masked(const bf16_t* p, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+}
+
+template <int R, int TG>
+void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
+  __m512 acc[R][TG];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m512 xv[TG];
+    for (int t = 0; t < TG; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + 512), _MM_HINT_T0);
+      const __m512 wv = widen(w + r * k + i);
+      for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  if (i < k) {
+    const __mmask16 msk = static_cast<__mmask16>((1u << (k - i)) - 1);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = widen_masked(w + r * k + i, msk);
+      for (int t = 0; t < TG; ++t)
+        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(msk, x + t * ldx + i), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TG; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int TG>
+void rows(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, std::int64_t n0, std::int64_t n1, float* y,
+          std::int64_t ldy) {
+  std::int64_t r = n0;
+  for (; r + 4 <= n1; r += 4) micro<4, TG>(x, ldx, w + r * k, k, y + r, ldy);
+  for (; r < n1; ++r) micro<1, TG>(x, ldx, w + r * k, k, y + r, ldy);
+}
+
+} // namespace
+
+void gemv_bf16_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
+                           std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) {
+  for (std::int64_t t0 = 0; t0 < m; t0 += 4) {
+    const float* xt = x + t0 * ldx;
+    float* yt = y + t0 * ldy;
+    switch (std::min<std::int64_t>(4, m - t0)) {
+      case 1: rows<1>(xt, ldx, w, k, n0, n1, yt, ldy); break;
+      case 2: rows<2>(xt, ldx, w, k, n0, n1, yt, ldy); break;
+      case 3: rows<3>(xt, ldx, w, k, n0, n1, yt, ldy); break;
+      default: rows<4>(xt, ldx, w, k, n0, n1, yt, ldy); break;
+    }
+  }
+}
+
+} // namespace k3::dense::detail
+
+#pragma GCC pop_options

@@ -1,0 +1,53 @@
+#pragma once
+// Gated MLA (NoPE) attention in the absorbed form over a per-token latent cache (spec §10).
+//
+// Cache row per token per MLA layer: [c_kv (latent, already kv_a-normed) | k_rot (rope)] in
+// bf16 — 576 values = 1152 bytes for K3/Kimi Linear. Rows live in fixed-size blocks (paged):
+// row p is blocks[p / block_size] + (p % block_size) · row_width.
+//
+// For token t (absolute position pos0 + t) and head h:
+//   q̃      = W_UK,hᵀ q_nope            (latent-sized; W_UK,h = kv_b rows [h·256, h·256+128))
+//   s_p    = scale · (q̃ · c_p + q_rot · kr_p),  p ≤ pos0 + t,  scale = (nope + rope)^-0.5
+//   o_lat  = Σ softmax(s)_p c_p          (fp32 softmax, online over the cache)
+//   o_h    = W_UV,h o_lat               (W_UV,h = kv_b rows [h·256+128, h·256+256))
+//   K3:    o_h ⊙= sigmoid(gate_h)       (gate = g_proj x, pass nullptr for Kimi Linear)
+// No RoPE anywhere: k_rot is shared by all heads and never rotated.
+//
+// Threading: parallel over (token, head) on the kernel pool. The cache must already hold rows
+// [0, pos0 + T) (write this chunk with cache_write first), so one prefill, chunked prefill and
+// token-by-token decode see identical inputs.
+
+#include <cstdint>
+
+#include "kernels/common/bf16.hpp"
+
+namespace k3::mla {
+
+struct dims {
+  int heads = 0;
+  int nope = 128;   ///< qk_nope_head_dim
+  int rope = 64;    ///< qk_rope_head_dim
+  int latent = 512; ///< kv_lora_rank
+  int v = 128;      ///< v_head_dim
+  [[nodiscard]] int row_width() const noexcept { return latent + rope; }
+};
+
+struct cache_view {
+  bf16_t* const* blocks = nullptr;
+  int block_size = 0;
+  [[nodiscard]] bf16_t* row(std::int64_t p, int width) const noexcept {
+    return blocks[p / block_size] + (p % block_size) * width;
+  }
+};
+
+/// Stores T rows (c_kv [T, latent] and k_rot [T, rope], row strides ld_c / ld_r) at positions
+/// pos0 … pos0+T−1, rounding to bf16.
+void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std::int64_t T, const float* ckv,
+                 std::int64_t ld_c, const float* krot, std::int64_t ld_r);
+
+/// q_nope [T, H, nope], q_rot [T, H, rope]; kv_b [H·(nope+v), latent] fp32 (the checkpoint's
+/// kv_b_proj, upcast); gate [T, H·v] or nullptr; out [T, H·v].
+void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
+               std::int64_t pos0, std::int64_t T, const float* gate, float* out);
+
+} // namespace k3::mla

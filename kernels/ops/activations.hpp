@@ -1,0 +1,38 @@
+#pragma once
+// Gated activations and softmax (fp32).
+//
+//   silu_glu(a, b) = silu(a) · b                                       (Kimi Linear, hidden_act silu)
+//   situ_glu(a, b) = β·tanh(a/β)·sigmoid(a) · β_lin·tanh(b/β_lin)     (K3, β = 4, β_lin = 25)
+//                    with β_lin ≤ 0 meaning "up branch untransformed" (spec §8)
+//   softmax         numerically stable (max subtracted), fp32 sum
+//
+// The GLU forms read gate/up as two arrays of `n` (or, for the fused `gate_up` layout produced
+// by one GEMM over concatenated [w1; w3], as the first and second half of each row).
+
+#include <cstdint>
+
+namespace k3::ops {
+
+struct situ_params {
+  float beta = 4.0f;        ///< activation_situ_beta
+  float linear_beta = 25.0f; ///< activation_situ_linear_beta; ≤ 0 disables the up transform
+};
+
+void silu_glu(const float* gate, const float* up, std::int64_t n, float* out) noexcept;
+void situ_glu(const float* gate, const float* up, std::int64_t n, const situ_params& p, float* out) noexcept;
+
+/// rows × [gate(n) | up(n)] -> rows × n, for the fused w1‖w3 GEMM output.
+void silu_glu_fused(const float* gate_up, std::int64_t rows, std::int64_t n, float* out) noexcept;
+void situ_glu_fused(const float* gate_up, std::int64_t rows, std::int64_t n, const situ_params& p,
+                    float* out) noexcept;
+
+/// In-place softmax over each of `rows` rows of n elements.
+void softmax(float* x, std::int64_t rows, std::int64_t n) noexcept;
+
+[[nodiscard]] inline float sigmoid(float x) noexcept;
+
+} // namespace k3::ops
+
+#include <cmath>
+
+inline float k3::ops::sigmoid(float x) noexcept { return 1.0f / (1.0f + std::exp(-x)); }

@@ -1,0 +1,72 @@
+// Dense bf16/fp32 GEMM vs fp64 reference, every path, odd shapes, both the GEMV (m ≤ 8) and
+// the widened-panel sgemm (m > 8) routes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "kernels/common/bf16.hpp"
+#include "kernels/common/cpu_features.hpp"
+#include "kernels/dense/dense_gemm.hpp"
+#include "tests/support/test_util.hpp"
+
+using namespace k3;
+
+namespace {
+
+std::vector<isa> paths() {
+  std::vector<isa> v{isa::scalar};
+  if (detected_isa() >= isa::avx2) v.push_back(isa::avx2);
+  if (detected_isa() >= isa::avx512) v.push_back(isa::avx512);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("bf16 conversion rounds to nearest even and keeps NaN", "[dense]") {
+  CHECK(f32_to_bf16(1.0f) == 0x3F80);
+  // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1.0078125: ties to even (1.0).
+  CHECK(f32_to_bf16(1.00390625f) == 0x3F80);
+  CHECK(f32_to_bf16(1.01171875f) == 0x3F82); // halfway, odd below -> rounds up
+  CHECK(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+  CHECK(bf16_to_f32(f32_to_bf16(-2.5f)) == -2.5f);
+}
+
+TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[dense]") {
+  const std::uint64_t seed = 2024;
+  INFO("seed=" << seed);
+  test::rng r(seed);
+  for (isa path : paths()) {
+    scoped_isa pin(path);
+    for (std::int64_t n : {1, 7, 33, 130})
+      for (std::int64_t k : {1, 15, 16, 127, 300})
+        for (std::int64_t m : {1, 3, 8, 9, 33}) {
+          INFO("isa=" << to_string(path) << " m=" << m << " n=" << n << " k=" << k);
+          const std::int64_t ldx = k + 2, ldy = n + 1;
+          auto wf = r.normals(n * k);
+          std::vector<bf16_t> wb(wf.size());
+          f32_to_bf16(wf.data(), wb.data(), static_cast<std::int64_t>(wf.size()));
+          std::vector<float> wr(wf.size());
+          bf16_to_f32(wb.data(), wr.data(), static_cast<std::int64_t>(wb.size()));
+          auto x = r.normals(m * ldx);
+          std::vector<float> yb(m * ldy, NAN), yf(m * ldy, NAN);
+          dense::gemm_bf16(x.data(), ldx, m, wb.data(), n, k, yb.data(), ldy);
+          dense::gemm_f32(x.data(), ldx, m, wr.data(), n, k, yf.data(), ldy);
+          for (std::int64_t t = 0; t < m; ++t)
+            for (std::int64_t j = 0; j < n; ++j) {
+              double ref = 0, mag = 0;
+              for (std::int64_t i = 0; i < k; ++i) {
+                ref += static_cast<double>(x[t * ldx + i]) * wr[j * k + i];
+                mag += std::fabs(static_cast<double>(x[t * ldx + i]) * wr[j * k + i]);
+              }
+              REQUIRE(std::fabs(yb[t * ldy + j] - ref) <= 1e-5 * mag + 1e-30);
+              REQUIRE(std::fabs(yf[t * ldy + j] - ref) <= 1e-5 * mag + 1e-30);
+            }
+        }
+  }
+}
+
+TEST_CASE("dense gemm rejects bad strides with a message", "[dense]") {
+  std::vector<float> x(10), y(10);
+  std::vector<bf16_t> w(10);
+  CHECK_THROWS_WITH(dense::gemm_bf16(x.data(), 2, 1, w.data(), 2, 5, y.data(), 2), Catch::Contains("ldx=2 < k=5"));
+}
