@@ -13,7 +13,7 @@
 namespace k3::dense {
 namespace {
 
-constexpr std::int64_t gemv_max_m = 8; // above this, widen panels and use sgemm
+constexpr std::int64_t gemv_max_m = 64; // above this, widen panels and use sgemm
 
 void check(const float* x, std::int64_t ldx, std::int64_t m, const void* w, std::int64_t n, std::int64_t k,
            const float* y, std::int64_t ldy, const char* who) {
