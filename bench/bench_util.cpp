@@ -57,6 +57,16 @@ double time_best(const std::function<void()>& fn, double min_seconds, int trials
   return best;
 }
 
+std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b,
+                                   double seconds) {
+  double ta = 1e300, tb = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    ta = std::min(ta, time_best(a, seconds / 6, 1));
+    tb = std::min(tb, time_best(b, seconds / 6, 1));
+  }
+  return {ta, tb};
+}
+
 std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::int64_t>>& regions) {
   // Same work split as the kernels: chunks of ~256 KiB handed out dynamically.
   constexpr std::int64_t chunk = 256 << 10;

@@ -20,6 +20,10 @@ namespace k3::bench {
 /// best per-call time of `trials` such batches (best-of filters out neighbours on a shared box).
 double time_best(const std::function<void()>& fn, double min_seconds, int trials = 3, int min_reps = 1);
 
+/// Best per-call times of a and b, measured alternately (3 rounds, `seconds` in total) so both
+/// see the same state of a shared machine. Returns {time_a, time_b}.
+std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b, double seconds);
+
 /// Reads `bytes` bytes starting at each pointer of `regions` with wide loads on all kernel
 /// threads; returns the checksum so the compiler cannot drop the loads.
 std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::int64_t>>& regions);

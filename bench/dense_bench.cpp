@@ -57,11 +57,7 @@ int run_dense_bench(const kernel_bench_options& opts) {
         dense::gemm_bf16(x.data(), k, m, w.data() + j * n * k, n, k, y.data(), n);
     };
     pass();
-    double tk = 1e300, ts = 1e300;
-    for (int rep = 0; rep < 3; ++rep) {
-      tk = std::min(tk, time_best(pass, opts.min_seconds / 3, 1));
-      ts = std::min(ts, time_best(stream_pass, opts.min_seconds / 3, 1));
-    }
+    const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
     const double gk = bytes / tk / 1e9, gs = bytes / ts / 1e9;
     t.row({m <= 64 ? "bf16 GEMV" : "bf16 panel+sgemm", std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs),
            fmt(2.0 * m * n * k * mats / tk / 1e9, 1)});

@@ -73,11 +73,7 @@ int run_kda_bench(const kernel_bench_options& opts) {
       }
       const double rel = std::sqrt(num / den);
       if (!(rel < 1e-3)) rc = 1;
-      double tr = 1e300, tc = 1e300;
-      for (int rep = 0; rep < 3; ++rep) {
-        tr = std::min(tr, time_best(run_rec, opts.min_seconds / 3, 1));
-        tc = std::min(tc, time_best(run_chk, opts.min_seconds / 3, 1));
-      }
+      const auto [tr, tc] = time_pair(run_rec, run_chk, 2 * opts.min_seconds);
       t.row({name, std::to_string(chunk), fmt(T / tr, 0), fmt(T / tc, 0), fmt(tr / tc), fmt(rel, 7)});
     }
   }

@@ -121,12 +121,7 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     };
     pass(); // warm-up (page faults, thread pool)
     stream_pass();
-    // Interleave kernel and stream measurements so both see the same machine state.
-    double tk = 1e300, ts = 1e300;
-    for (int rep = 0; rep < 3; ++rep) {
-      tk = std::min(tk, time_best(pass, opts.min_seconds / 3, 1));
-      ts = std::min(ts, time_best(stream_pass, opts.min_seconds / 3, 1));
-    }
+    const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
     const double gk = total_bytes / tk / 1e9, gs = total_bytes / ts / 1e9;
     const double gemvs = static_cast<double>(n_experts) * 3 * m / tk;
     t.row({"grouped w1+w3+w2, 16/layer", std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gemvs, 0)});

@@ -15,14 +15,7 @@ void attnres_mix(const float* const* sources, int num_sources, const float* w, f
   for (int s = 0; s < S; ++s) {
     const float* v = sources[s];
     const float inv = 1.0f / std::sqrt(sum_squares(v, n) / static_cast<float>(n) + eps);
-    float acc[16] = {};
-    std::int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-      for (int j = 0; j < 16; ++j) acc[j] += v[i + j] * w[i + j];
-    for (int j = 0; i < n; ++i, ++j) acc[j] += v[i] * w[i];
-    float dot = 0;
-    for (float a : acc) dot += a;
-    score[s] = dot * inv; // Σ (v·inv)·w = inv · Σ v·w
+    score[s] = dot(v, w, n) * inv; // Σ (v·inv)·w = inv · Σ v·w
   }
   float mx = score[0];
   for (int s = 1; s < S; ++s) mx = std::max(mx, score[s]);

@@ -6,17 +6,19 @@ namespace k3::ops {
 
 // target_clones: one body, compiled for AVX-512, AVX2 and the baseline, chosen at load time.
 // The 16 partial sums keep the summation order identical across the three clones.
-__attribute__((target_clones("avx512f", "avx2", "default"))) float sum_squares(const float* x,
-                                                                                std::int64_t n) noexcept {
+__attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const float* a, const float* b,
+                                                                        std::int64_t n) noexcept {
   float acc[16] = {};
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += x[i + j] * x[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += x[i] * x[i];
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
   float s = 0;
   for (int j = 0; j < 16; ++j) s += acc[j];
   return s;
 }
+
+float sum_squares(const float* x, std::int64_t n) noexcept { return dot(x, x, n); }
 
 void rms_norm(const float* x, const float* w, float eps, std::int64_t rows, std::int64_t n, float* y) noexcept {
   for (std::int64_t r = 0; r < rows; ++r) {

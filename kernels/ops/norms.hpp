@@ -24,4 +24,7 @@ void l2_norm(const float* x, float eps, std::int64_t rows, std::int64_t n, float
 /// Σ x[i]² with the fixed 16-lane partial-sum order used by the norms above.
 [[nodiscard]] float sum_squares(const float* x, std::int64_t n) noexcept;
 
+/// Σ a[i]·b[i] in the same fixed 16-lane order.
+[[nodiscard]] float dot(const float* a, const float* b, std::int64_t n) noexcept;
+
 } // namespace k3::ops

@@ -13,12 +13,6 @@ using namespace k3;
 
 namespace {
 
-std::vector<isa> paths() {
-  std::vector<isa> v{isa::scalar};
-  if (detected_isa() >= isa::avx2) v.push_back(isa::avx2);
-  if (detected_isa() >= isa::avx512) v.push_back(isa::avx512);
-  return v;
-}
 
 } // namespace
 
@@ -35,7 +29,7 @@ TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[d
   const std::uint64_t seed = 2024;
   INFO("seed=" << seed);
   test::rng r(seed);
-  for (isa path : paths()) {
+  for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
     for (std::int64_t n : {1, 7, 33, 130})
       for (std::int64_t k : {1, 15, 16, 127, 300})

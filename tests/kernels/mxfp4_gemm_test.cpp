@@ -41,12 +41,6 @@ void check_against_ref(const std::vector<float>& x, std::int64_t ldx, std::int64
     }
 }
 
-std::vector<isa> paths() {
-  std::vector<isa> v{isa::scalar};
-  if (detected_isa() >= isa::avx2) v.push_back(isa::avx2);
-  if (detected_isa() >= isa::avx512) v.push_back(isa::avx512);
-  return v;
-}
 
 } // namespace
 
@@ -57,7 +51,7 @@ TEST_CASE("mxfp4 gemm: all paths match the fp64 reference over odd shapes", "[mx
   const std::int64_t rows_set[] = {1, 7, 33, 127};
   const std::int64_t cols_set[] = {32, 96, 160, 544};
   const std::int64_t m_set[] = {1, 2, 3, 5, 8, 9, 16, 17, 33, 64};
-  for (isa path : paths()) {
+  for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
     INFO("isa=" << to_string(path));
     for (auto rows : rows_set)
@@ -86,7 +80,7 @@ TEST_CASE("mxfp4 gemm: SIMD paths agree with the scalar path", "[mxfp4][gemm]") 
       scoped_isa pin(isa::scalar);
       gemm(x.data(), w.cols, m, matrix_view::of(w), ys.data(), w.rows);
     }
-    for (isa path : paths()) {
+    for (isa path : test::isa_paths()) {
       scoped_isa pin(path);
       gemm(x.data(), w.cols, m, matrix_view::of(w), yv.data(), w.rows);
       INFO("isa=" << to_string(path) << " m=" << m);
@@ -100,7 +94,7 @@ TEST_CASE("mxfp4 gemm: NaN scale poisons exactly its row", "[mxfp4][gemm]") {
   auto w = random_matrix(r, 9, 64);
   w.scales[2 * 2 + 1] = nan_scale; // row 2, second block
   auto x = r.normals(64);
-  for (isa path : paths()) {
+  for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
     std::vector<float> y(9);
     gemm(x.data(), 64, 1, matrix_view::of(w), y.data(), 9);
@@ -131,7 +125,7 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
     total += sizes[e];
   }
   auto x = r.normals(total * cols);
-  for (isa path : paths()) {
+  for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
     std::vector<float> y(total * rows, NAN), want(total * rows, NAN);
     grouped_gemm(x.data(), cols, segs, y.data(), rows);

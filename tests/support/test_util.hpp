@@ -9,7 +9,17 @@
 #include <span>
 #include <vector>
 
+#include "kernels/common/cpu_features.hpp"
+
 namespace k3::test {
+
+/// Every SIMD path this CPU can run, scalar first (tests sweep them with k3::scoped_isa).
+inline std::vector<isa> isa_paths() {
+  std::vector<isa> v{isa::scalar};
+  if (detected_isa() >= isa::avx2) v.push_back(isa::avx2);
+  if (detected_isa() >= isa::avx512) v.push_back(isa::avx512);
+  return v;
+}
 
 class rng {
 public:
