@@ -6,7 +6,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test serve bench clean
+.PHONY: deps test-peers configure build test serve bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -17,7 +17,14 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+# Independent implementations the tests compare against (npm; never needed to build or serve).
+test-peers: deps
+	@if [ ! -d tests/node/node_modules/js-tiktoken ]; then \
+	  echo "installing test peers (npm)"; \
+	  npm install --prefix tests/node --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null; \
+	fi
+
+test: build test-peers
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # Until the HTTP server lands (issue 6), `make serve` runs the most complete program there is:

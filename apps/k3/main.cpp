@@ -5,6 +5,7 @@
 //   sim         cluster simulator           (issue 7)
 //   shard       remote expert-shard host    (issue 5)
 //   bench       benchmarks: `k3 bench kernels [--only mxfp4|dense|kda] [--quick] ...`
+//   tokenize    text <-> token ids with a model's or a tiktoken file's tokenizer
 //   version     library versions and the CPU path in use
 #include <cstdio>
 #include <cstdlib>
@@ -18,7 +19,9 @@
 
 namespace k3::app {
 int version_main();
-}
+int tokenize_main(const std::vector<std::string_view>& args);
+int bench_tokenizer_main(const std::vector<std::string_view>& args);
+} // namespace k3::app
 
 namespace {
 
@@ -27,6 +30,8 @@ void usage(FILE* out) {
              "commands:\n"
              "  bench kernels [--only mxfp4|dense|kda] [--quick] [--gib N] [--kda-tokens T]\n"
              "                [--kda-heads H] [--seconds S] [--isa scalar|avx2|avx512]\n"
+             "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
+             "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
              "  serve         (server not built yet; runs the kernel check, see README)\n"
              "  version\n"
              "  run | make-model | sim | shard   (not built yet)\n",
@@ -41,8 +46,16 @@ bool parse_number(std::string_view text, double& out) {
 }
 
 int bench_main(const std::vector<std::string_view>& args) {
+  if (!args.empty() && args[0] == "tokenizer") {
+    try {
+      return k3::app::bench_tokenizer_main({args.begin() + 1, args.end()});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 bench tokenizer: %s\n", e.what());
+      return 2;
+    }
+  }
   if (args.empty() || args[0] != "kernels") {
-    std::fputs("k3 bench: expected `k3 bench kernels` (server benchmarks arrive with the server)\n", stderr);
+    std::fputs("k3 bench: expected `k3 bench kernels` or `k3 bench tokenizer`\n", stderr);
     return 2;
   }
   k3::bench::kernel_bench_options o;
@@ -131,7 +144,14 @@ int main(int argc, char** argv) {
   if (cmd == "run" || cmd == "make-model") return not_built(cmd, "issue 4");
   if (cmd == "sim") return not_built(cmd, "issue 7");
   if (cmd == "shard") return not_built(cmd, "issue 5");
-  if (cmd == "tokenize") return not_built(cmd, "issue 3");
+  if (cmd == "tokenize") {
+    try {
+      return k3::app::tokenize_main(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 tokenize: %s\n", e.what());
+      return 2;
+    }
+  }
   std::fprintf(stderr, "k3: unknown command '%.*s'\n", static_cast<int>(cmd.size()), cmd.data());
   usage(stderr);
   return 2;
