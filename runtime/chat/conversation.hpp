@@ -1,0 +1,52 @@
+#pragma once
+// A chat request as the renderers see it (OpenAI chat-completions shape, already decoded
+// from JSON by the server). Wire-format concerns (field names, HTTP errors) stay in net/.
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/chat/json.hpp"
+
+namespace k3::chat {
+
+struct content_part {
+  std::string type; ///< "text", "image_url", "image", ...
+  std::string text;
+};
+
+struct tool_call {
+  std::string id;
+  std::string name;
+  std::string arguments; ///< the OpenAI `function.arguments` JSON string
+};
+
+struct message {
+  std::string role; ///< system, user, assistant, tool
+  std::string content;
+  std::optional<std::vector<content_part>> parts; ///< when content was a list of parts
+  std::string reasoning_content;
+  std::string name;
+  std::string tool_call_id;
+  std::vector<tool_call> tool_calls;
+  std::optional<json::value> tools; ///< a system message carrying tools (dynamic declare)
+  std::string tool;                 ///< K3: tool name on a tool message (set by normalisation)
+};
+
+struct conversation {
+  std::vector<message> messages;
+  std::optional<json::value> tools; ///< array of tool definitions
+  bool thinking = true;             ///< K3 default: thinking on
+  std::string thinking_effort = "max";
+  std::string tool_choice;                    ///< "", "auto", "required", "none"
+  std::optional<json::value> response_format; ///< {"type": ...}
+  bool add_generation_prompt = true;
+};
+
+/// A conversation the format cannot express: message says which message/field and why.
+struct render_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+} // namespace k3::chat

@@ -1,0 +1,200 @@
+#include "runtime/chat/json.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include <simdjson.h>
+
+namespace k3::json {
+namespace {
+
+using simdjson::dom::element_type;
+
+value convert(simdjson::dom::element e, int depth) {
+  if (depth > 256) throw parse_error("JSON nested too deeply");
+  value out;
+  switch (e.type()) {
+    case element_type::NULL_VALUE: out.k = value::kind::null; break;
+    case element_type::BOOL:
+      out.k = value::kind::boolean;
+      out.b = bool(e);
+      break;
+    case element_type::INT64:
+      out.k = value::kind::integer;
+      out.s = std::to_string(std::int64_t(e));
+      break;
+    case element_type::UINT64:
+      out.k = value::kind::integer;
+      out.s = std::to_string(std::uint64_t(e));
+      break;
+    case element_type::DOUBLE:
+      out.k = value::kind::real;
+      out.s = python_float_repr(double(e));
+      break;
+    case element_type::STRING:
+      out.k = value::kind::string;
+      out.s = std::string(std::string_view(e));
+      break;
+    case element_type::ARRAY:
+      out.k = value::kind::array;
+      for (auto item : simdjson::dom::array(e)) out.items.push_back(convert(item, depth + 1));
+      break;
+    case element_type::OBJECT:
+      out.k = value::kind::object;
+      for (auto [key, child] : simdjson::dom::object(e)) {
+        value cv = convert(child, depth + 1);
+        auto it = std::find_if(out.members.begin(), out.members.end(), [&](const auto& m) { return m.first == key; });
+        if (it != out.members.end()) it->second = std::move(cv);
+        else out.members.emplace_back(std::string(key), std::move(cv));
+      }
+      break;
+  }
+  return out;
+}
+
+void dump_into(const value& v, const dump_options& opt, std::string& out) {
+  switch (v.k) {
+    case value::kind::null: out += "null"; return;
+    case value::kind::boolean: out += v.b ? "true" : "false"; return;
+    case value::kind::integer: {
+      // json.loads gives a Python int: "-0" prints as 0.
+      std::string_view s = v.s;
+      if (s == "-0") s = "0";
+      out += s;
+      return;
+    }
+    case value::kind::real: out += v.s; return; // already Python's repr
+    case value::kind::string: out += quote(v.s); return;
+    case value::kind::array: {
+      out += '[';
+      for (std::size_t i = 0; i < v.items.size(); ++i) {
+        if (i) out += opt.compact ? "," : ", ";
+        dump_into(v.items[i], opt, out);
+      }
+      out += ']';
+      return;
+    }
+    case value::kind::object: {
+      std::vector<const std::pair<std::string, value>*> m;
+      for (const auto& p : v.members) m.push_back(&p);
+      if (opt.sort_keys)
+        std::sort(m.begin(), m.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      out += '{';
+      for (std::size_t i = 0; i < m.size(); ++i) {
+        if (i) out += opt.compact ? "," : ", ";
+        out += quote(m[i]->first);
+        out += opt.compact ? ":" : ": ";
+        dump_into(m[i]->second, opt, out);
+      }
+      out += '}';
+      return;
+    }
+  }
+}
+
+} // namespace
+
+const value* value::find(std::string_view key) const noexcept {
+  for (const auto& [k2, v] : members)
+    if (k2 == key) return &v;
+  return nullptr;
+}
+
+value parse(std::string_view text) {
+  // DOM API: dispatched at run time to the best SIMD kernel. Integers keep their exact value
+  // (64-bit range; larger ones are rejected), floats are printed back like Python's repr.
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (auto err = parser.parse(text.data(), text.size()).get(root)) throw parse_error(simdjson::error_message(err));
+  return convert(root, 0);
+}
+
+std::string dump(const value& v, const dump_options& opt) {
+  std::string out;
+  dump_into(v, opt, out);
+  return out;
+}
+
+std::string quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string python_float_repr(double d) {
+  if (std::isnan(d)) return "NaN";
+  if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+  // Shortest round-trip digits, then Python's layout: fixed for 1e-4 <= |d| < 1e16, else
+  // scientific with a signed exponent of at least two digits.
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  const auto e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  const int exp10 = std::stoi(sci.substr(e + 1));
+  bool neg = false;
+  if (!mant.empty() && mant[0] == '-') {
+    neg = true;
+    mant.erase(0, 1);
+  }
+  std::string digits;
+  for (char c : mant)
+    if (c != '.') digits += c;
+  std::string out = neg ? "-" : "";
+  if (exp10 >= -4 && exp10 < 16) {
+    if (exp10 >= 0) {
+      const std::size_t int_len = static_cast<std::size_t>(exp10) + 1;
+      if (digits.size() <= int_len) {
+        out += digits + std::string(int_len - digits.size(), '0') + ".0";
+      } else {
+        out += digits.substr(0, int_len) + "." + digits.substr(int_len);
+      }
+    } else {
+      out += "0." + std::string(static_cast<std::size_t>(-exp10 - 1), '0') + digits;
+    }
+  } else {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char eb[16];
+    std::snprintf(eb, sizeof eb, "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
+    out += eb;
+  }
+  return out;
+}
+
+value deep_sorted(const value& v) {
+  value out = v;
+  if (out.k == value::kind::object) {
+    for (auto& [k2, child] : out.members) child = deep_sorted(child);
+    std::stable_sort(out.members.begin(), out.members.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  } else if (out.k == value::kind::array) {
+    for (auto& child : out.items) child = deep_sorted(child);
+  }
+  return out;
+}
+
+} // namespace k3::json

@@ -1,0 +1,190 @@
+// Chat rendering (K3 XTML, K2 / Kimi Linear) pinned to the spec's rules, and Python-compatible
+// JSON printing.
+#include <catch2/catch.hpp>
+
+#include "runtime/chat/json.hpp"
+#include "runtime/chat/k2_format.hpp"
+#include "runtime/chat/k3_xtml.hpp"
+
+using namespace k3::chat;
+
+namespace {
+
+message msg(std::string role, std::string content) {
+  message m;
+  m.role = std::move(role);
+  m.content = std::move(content);
+  return m;
+}
+
+const std::string effort_max =
+    "<|open|>message role=\"system\" type=\"thinking-effort\"<|sep|>`thinking_effort` guides on how much to think in "
+    "your thinking channel (not including the response channel), supported values include `low`, `medium`, `high`, "
+    "and `max`.\nNow the system is invoked with `thinking_effort=max`.<|close|>message<|sep|><|end_of_msg|>";
+
+} // namespace
+
+TEST_CASE("json prints like Python json.dumps", "[chat][json]") {
+  using k3::json::python_float_repr;
+  CHECK(python_float_repr(1.0) == "1.0");
+  CHECK(python_float_repr(100.0) == "100.0");
+  CHECK(python_float_repr(3.14) == "3.14");
+  CHECK(python_float_repr(1e-5) == "1e-05");
+  CHECK(python_float_repr(0.0001) == "0.0001");
+  CHECK(python_float_repr(1e16) == "1e+16");
+  CHECK(python_float_repr(1e15) == "1000000000000000.0");
+  CHECK(python_float_repr(-0.0) == "-0.0");
+  CHECK(python_float_repr(1.5e300) == "1.5e+300");
+  CHECK(python_float_repr(123456789.125) == "123456789.125");
+  const auto v = k3::json::parse(R"({"b": [1, 2.50, true, null], "a": {"y": "é\n\"", "x": -0}, "c": 1E2})");
+  CHECK(k3::json::dump(v) == R"({"b": [1, 2.5, true, null], "a": {"y": "é\n\"", "x": 0}, "c": 100.0})");
+  CHECK(k3::json::dump(v, {true, true}) == R"({"a":{"x":0,"y":"é\n\""},"b":[1,2.5,true,null],"c":100.0})");
+  CHECK(k3::json::quote(std::string("\x01\t", 2)) == "\"\\u0001\\t\"");
+  CHECK_THROWS_AS(k3::json::parse("{\"a\": }"), k3::json::parse_error);
+}
+
+TEST_CASE("K3 XTML: the spec's worked example (thinking on, effort max, one user turn)", "[chat][k3]") {
+  conversation c;
+  c.messages = {msg("user", "hi")};
+  const auto segs = render_k3(c);
+  CHECK(join(segs) == effort_max +
+                          "<|open|>message role=\"user\"<|sep|>hi<|close|>message<|sep|><|end_of_msg|>"
+                          "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>");
+  // Markers are control segments, everything else text; the last three segments are the
+  // generation opener left out of prompt_tokens.
+  for (const auto& s : segs) {
+    const bool marker = s.text == "<|open|>" || s.text == "<|close|>" || s.text == "<|sep|>" || s.text == "<|end_of_msg|>";
+    CHECK(s.control == marker);
+  }
+  REQUIRE(segs.size() >= 3);
+  CHECK(segs[segs.size() - 2].text == "think");
+}
+
+TEST_CASE("K3 XTML: thinking off, history with and without reasoning", "[chat][k3]") {
+  conversation c;
+  c.thinking = false;
+  c.messages = {msg("system", "Be brief."), msg("user", "a"), msg("assistant", "b"), msg("user", "c")};
+  c.messages[2].reasoning_content = "hidden";
+  CHECK(join(render_k3(c)) ==
+        "<|open|>message role=\"system\"<|sep|>Be brief.<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"user\"<|sep|>a<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>b<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"user\"<|sep|>c<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>");
+  c.thinking = true;
+  c.add_generation_prompt = false;
+  c.messages = {msg("user", "a"), msg("assistant", "b"), msg("assistant", "d")};
+  c.messages[1].reasoning_content = "why";
+  c.messages[2].reasoning_content = "  \n";
+  CHECK(join(render_k3(c)) == effort_max +
+        "<|open|>message role=\"user\"<|sep|>a<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>why<|close|>think<|sep|><|open|>response<|sep|>b<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|><|close|>think<|sep|><|open|>response<|sep|>d<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>");
+}
+
+TEST_CASE("K3 XTML: tool declaration is deep-sorted compact JSON", "[chat][k3]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  c.tools = k3::json::parse(R"([{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}},"description":"Get ünïcode"}}])");
+  c.messages = {msg("user", "x")};
+  const std::string out = join(render_k3(c));
+  CHECK(out.rfind("<|open|>message role=\"system\" type=\"tool-declare\"<|sep|># Tools\nHere are the available tools, "
+                  "described in JSONSchema.\n\n```json\n[{\"function\":{\"description\":\"Get ünïcode\",\"name\":\"get\","
+                  "\"parameters\":{\"properties\":{\"a\":{\"type\":\"integer\"},\"z\":{\"type\":\"string\"}},\"type\":\"object\"}},"
+                  "\"type\":\"function\"}]\n```<|close|>message<|sep|><|end_of_msg|>", 0) == 0);
+}
+
+TEST_CASE("K3 XTML: tool calls with every argument type, raw JSON block, results reordered", "[chat][k3]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message a = msg("assistant", "calling");
+  a.tool_calls = {{"id1", "f", R"({"s": "text", "n": 1.50, "b": true, "z": null, "o": {"k": [1, "v"]}, "l": [1, 2]})"},
+                  {"id2", "g", "not json {"}};
+  message r2 = msg("tool", "R2");
+  r2.tool_call_id = "id2";
+  message r1 = msg("tool", "R1");
+  r1.tool_call_id = "id1";
+  c.messages = {msg("user", "go"), a, r2, r1};
+  CHECK(join(render_k3(c)) ==
+        "<|open|>message role=\"user\"<|sep|>go<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>calling<|close|>response<|sep|>"
+        "<|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>"
+        "<|open|>argument key=\"s\" type=\"string\"<|sep|>text<|close|>argument<|sep|>"
+        "<|open|>argument key=\"n\" type=\"number\"<|sep|>1.5<|close|>argument<|sep|>"
+        "<|open|>argument key=\"b\" type=\"boolean\"<|sep|>true<|close|>argument<|sep|>"
+        "<|open|>argument key=\"z\" type=\"null\"<|sep|>null<|close|>argument<|sep|>"
+        "<|open|>argument key=\"o\" type=\"object\"<|sep|>{\"k\": [1, \"v\"]}<|close|>argument<|sep|>"
+        "<|open|>argument key=\"l\" type=\"array\"<|sep|>[1, 2]<|close|>argument<|sep|>"
+        "<|close|>call<|sep|><|open|>call tool=\"g\" index=\"2\"<|sep|><|open|>json type=\"object\"<|sep|>not json {"
+        "<|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"tool\" tool=\"f\" index=\"1\"<|sep|>R1<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"tool\" tool=\"g\" index=\"2\"<|sep|>R2<|close|>message<|sep|><|end_of_msg|>");
+}
+
+TEST_CASE("K3 XTML: errors for unresolvable tools, bad arguments, roles and effort", "[chat][k3]") {
+  conversation c;
+  c.messages = {msg("user", "x"), msg("tool", "orphan")};
+  CHECK_THROWS_WITH(render_k3(c), Catch::Contains("messages[1]"));
+  message a = msg("assistant", "");
+  a.tool_calls = {{"i", "f", "[1, 2]"}};
+  c.messages = {a};
+  CHECK_THROWS_WITH(render_k3(c), Catch::Contains("must be a JSON object"));
+  c.messages = {msg("developer", "x")};
+  CHECK_THROWS_WITH(render_k3(c), Catch::Contains("role 'developer'"));
+  c.messages = {msg("user", "x")};
+  c.thinking_effort = "medium";
+  CHECK_THROWS_WITH(render_k3(c), Catch::Contains("thinking_effort"));
+}
+
+TEST_CASE("K3 XTML: tool_choice, response_format, images, attribute escaping, literal markers", "[chat][k3]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message u = msg("user", "");
+  u.name = "a&\"b";
+  u.parts = std::vector<content_part>{{"text", "see "}, {"image_url", ""}, {"text", " <|open|>x"}};
+  c.messages = {u};
+  c.tool_choice = "required";
+  c.response_format = k3::json::parse(R"({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}})");
+  const auto segs = render_k3(c);
+  const std::string out = join(segs);
+  CHECK(out == "<|open|>message role=\"user\" name=\"a&amp;&quot;b\"<|sep|>see <|kimi_image_placeholder|> <|open|>x"
+               "<|close|>message<|sep|><|end_of_msg|>"
+               "<|open|>message role=\"system\" type=\"tool-choice\"<|sep|>The system is invoked with "
+               "`tool_choice=required`.\nYou MUST call tools in the next message.<|close|>message<|sep|><|end_of_msg|>"
+               "<|open|>message role=\"system\" type=\"response-format\"<|sep|>The system is invoked with "
+               "`response_format=json_schema`.\nYour response must be raw JSON data without markdown code blocks "
+               "(```json) or any additional formatting.\nThe JSON data must match the following schema:\n```json\n"
+               "{\"type\":\"object\"}\n```<|close|>message<|sep|><|end_of_msg|>");
+  // The user's literal "<|open|>" is inside a text segment, never a control one.
+  bool in_text = false;
+  for (const auto& s : segs)
+    if (!s.control && s.text.find("<|open|>x") != std::string::npos) in_text = true;
+  CHECK(in_text);
+  CHECK(unescape_attr(escape_attr("a&quot;\"&")) == "a&quot;\"&");
+}
+
+TEST_CASE("K2 / Kimi Linear format: default system, tools, calls, results, prompt", "[chat][k2]") {
+  conversation c;
+  c.tools = k3::json::parse(R"([{"type":"function","function":{"name":"f"}}])");
+  message a = msg("assistant", "ok");
+  a.tool_calls = {{"call_abc", "f", R"({"x": 1})"}};
+  message t = msg("tool", "42");
+  t.tool_call_id = "call_abc";
+  c.messages = {msg("user", "hi"), a, t};
+  CHECK(join(render_k2(c)) ==
+        "<|im_system|>tool_declare<|im_middle|>[{\"function\":{\"name\":\"f\"},\"type\":\"function\"}]<|im_end|>"
+        "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+        "<|im_user|>user<|im_middle|>hi<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|>ok<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+        "<|tool_call_argument_begin|>{\"x\": 1}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.f:0\n42<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|>");
+  conversation s;
+  s.messages = {msg("system", "S")};
+  s.messages[0].name = "custom";
+  s.add_generation_prompt = false;
+  CHECK(join(render_k2(s)) == "<|im_system|>custom<|im_middle|>S<|im_end|>");
+}
