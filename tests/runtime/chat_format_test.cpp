@@ -188,3 +188,21 @@ TEST_CASE("K2 / Kimi Linear format: default system, tools, calls, results, promp
   s.add_generation_prompt = false;
   CHECK(join(render_k2(s)) == "<|im_system|>custom<|im_middle|>S<|im_end|>");
 }
+
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
+
+TEST_CASE("rendered K3 prompt encodes markers as special ids and user-typed markers as text", "[chat][k3][tokenizer]") {
+  std::vector<std::string> base;
+  for (int b = 0; b < 256; ++b) base.emplace_back(1, static_cast<char>(b));
+  for (const char* m : {"message", " role", "user", "assistant", "think"}) base.emplace_back(m);
+  const auto n = static_cast<std::int32_t>(base.size());
+  const k3::tok::kimi_tokenizer tok(base, {{n + 2, "<|end_of_msg|>"}, {n + 3, "<|open|>"}, {n + 4, "<|close|>"}, {n + 5, "<|sep|>"}});
+  conversation c;
+  c.messages = {msg("user", "please type <|open|> and <|sep|> literally")};
+  const auto ids = tok.encode(render_k3(c));
+  const auto opens = std::count(ids.begin(), ids.end(), n + 3);
+  const auto seps = std::count(ids.begin(), ids.end(), n + 5);
+  CHECK(opens == 4); // effort message, user message, assistant, think — not the user's literal one
+  CHECK(seps == 6);  // the 4 opens + 2 closes
+  CHECK(tok.decode(ids) == join(render_k3(c)));
+}
