@@ -44,6 +44,18 @@ struct conversation {
   bool add_generation_prompt = true;
 };
 
+/// Message text: the content string, or its parts concatenated with image parts replaced by
+/// `image_placeholder` (each format has its own).
+[[nodiscard]] inline std::string flatten_content(const message& m, std::string_view image_placeholder) {
+  if (!m.parts) return m.content;
+  std::string out;
+  for (const auto& p : *m.parts) {
+    if (p.type == "image_url" || p.type == "image") out += image_placeholder;
+    else out += p.text;
+  }
+  return out;
+}
+
 /// A conversation the format cannot express: message says which message/field and why.
 struct render_error : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -10,13 +10,7 @@ bool k2_style_id(const std::string& id) {
 }
 
 std::string body_text(const message& m) {
-  if (!m.parts) return m.content;
-  std::string out;
-  for (const auto& p : *m.parts) {
-    if (p.type == "image_url" || p.type == "image") out += "<|media_start|>image<|media_content|><|media_pad|><|media_end|>";
-    else out += p.text;
-  }
-  return out;
+  return flatten_content(m, "<|media_start|>image<|media_content|><|media_pad|><|media_end|>");
 }
 
 } // namespace

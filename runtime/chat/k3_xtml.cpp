@@ -44,15 +44,7 @@ bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
 }
 
-std::string content_text(const message& m) {
-  if (!m.parts) return m.content;
-  std::string out;
-  for (const auto& p : *m.parts) {
-    if (p.type == "image_url" || p.type == "image") out += "<|kimi_image_placeholder|>";
-    else out += p.text;
-  }
-  return out;
-}
+std::string content_text(const message& m) { return flatten_content(m, "<|kimi_image_placeholder|>"); }
 
 std::string compact_tools(const json::value& tools) {
   return json::dump(json::deep_sorted(tools), {true, false});

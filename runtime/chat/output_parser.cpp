@@ -51,6 +51,24 @@ hit earliest(std::string_view s, std::initializer_list<std::string_view> markers
   return h;
 }
 
+// Moves buf's text before the earliest stop marker into out and drops the marker; with no stop
+// in sight, moves everything except a held-back possible marker prefix (or all, when final).
+template <std::size_t N>
+hit take_until(std::string& buf, std::string& out, std::initializer_list<std::string_view> stops,
+               const std::string_view (&markers)[N], bool final) {
+  const std::string_view b = buf;
+  const hit h = earliest(b, stops);
+  if (h.pos == std::string_view::npos) {
+    const std::size_t n = b.size() - (final ? 0 : held_suffix(b, markers));
+    out.append(b.substr(0, n));
+    buf.erase(0, n);
+  } else {
+    out.append(b.substr(0, h.pos));
+    buf.erase(0, h.pos + h.marker.size());
+  }
+  return h;
+}
+
 bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; });
 }
@@ -161,15 +179,9 @@ parse_delta k3_output_parser::run(bool final) {
             continue;
           }
         }
-        const hit h = earliest(b, {think_close, resp_open, tools_open, msg_close, end_msg, eos});
-        if (h.pos == std::string_view::npos) {
-          const std::size_t keep = final ? 0 : held_suffix(b, k3_markers);
-          d.reasoning += b.substr(0, b.size() - keep);
-          consume(b.size() - keep);
-          return d;
-        }
-        d.reasoning += b.substr(0, h.pos);
-        consume(h.pos + h.marker.size());
+        const hit h = take_until(buf_, d.reasoning, {think_close, resp_open, tools_open, msg_close, end_msg, eos},
+                                 k3_markers, final);
+        if (h.pos == std::string_view::npos) return d;
         state_ = h.marker == think_close ? state::between
                  : h.marker == resp_open ? state::content
                  : h.marker == tools_open ? state::tools
@@ -203,15 +215,8 @@ parse_delta k3_output_parser::run(bool final) {
         continue;
       }
       case state::content: {
-        const hit h = earliest(b, {resp_close, tools_open, msg_close, end_msg, eos});
-        if (h.pos == std::string_view::npos) {
-          const std::size_t keep = final ? 0 : held_suffix(b, k3_markers);
-          d.content += b.substr(0, b.size() - keep);
-          consume(b.size() - keep);
-          return d;
-        }
-        d.content += b.substr(0, h.pos);
-        consume(h.pos + h.marker.size());
+        const hit h = take_until(buf_, d.content, {resp_close, tools_open, msg_close, end_msg, eos}, k3_markers, final);
+        if (h.pos == std::string_view::npos) return d;
         state_ = h.marker == resp_close ? state::after_content
                  : h.marker == tools_open ? state::tools
                  : h.marker == msg_close  ? state::closed
@@ -283,15 +288,8 @@ parse_delta k2_output_parser::run(bool final) {
   for (;;) {
     std::string_view b = buf_;
     if (state_ == state::content) {
-      const hit h = earliest(b, {k2_section, k2_section_singular, k2_im_end, eos, k2_eot});
-      if (h.pos == std::string_view::npos) {
-        const std::size_t keep = final ? 0 : held_suffix(b, k2_markers);
-        d.content += b.substr(0, b.size() - keep);
-        buf_.erase(0, b.size() - keep);
-        return d;
-      }
-      d.content += b.substr(0, h.pos);
-      buf_.erase(0, h.pos + h.marker.size());
+      const hit h = take_until(buf_, d.content, {k2_section, k2_section_singular, k2_im_end, eos, k2_eot}, k2_markers, final);
+      if (h.pos == std::string_view::npos) return d;
       state_ = h.marker == k2_section || h.marker == k2_section_singular ? state::calls : state::done;
       continue;
     }
