@@ -29,7 +29,7 @@
 namespace k3::kda {
 namespace {
 
-constexpr int sub = 16;
+constexpr int max_sub = 16;
 
 // Σ_d a[d]·b[d]·e^(ga[d] − gb[d]) (arguments ≤ 0 by the caller's ordering).
 __attribute__((target_clones("avx512f", "avx2", "default"))) float decayed_dot(const float* __restrict a,
@@ -96,8 +96,8 @@ struct workspace {
     z(Kinv, C * K);
     z(qq, C * K);
     z(kbl, C * K);
-    z(dq, sub * K);
-    z(dk, sub * K);
+    z(dq, max_sub * K);
+    z(dk, max_sub * K);
     z(zero, K);
     z(decay, K);
     z(G, C * K);
@@ -119,7 +119,7 @@ struct workspace {
 // Builds A (strictly lower, β-scaled rows) and Aqk (lower incl. diagonal) for one chunk of c
 // tokens. q, k rows have stride ld; Gc is [c, K] contiguous.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void intra_scores(const float* q, const float* k, std::int64_t ld, const float* beta, std::int64_t ldb, int c, int K,
-                  workspace& w) {
+                  int sub, workspace& w) {
   const float* G = w.G.data();
   std::fill(w.A.begin(), w.A.begin() + c * c, 0.0f);
   std::fill(w.Aqk.begin(), w.Aqk.begin() + c * c, 0.0f);
@@ -266,7 +266,15 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void chunked_head(c
       scale_rows(kc, ldk, w.G.data(), zero, 0, c, K, 1.0f, Kg);    // e^G ⊙ K
       scale_rows(qc, ldk, w.G.data(), zero, 0, c, K, 1.0f, Qg);    // e^G ⊙ Q
       scale_rows(kc, ldk, w.G.data(), Glast, 0, c, K, -1.0f, w.Kend.data()); // e^(G_last − G) ⊙ K
-      intra_scores(qc, kc, ldk, bc, H, c, K, w);
+      // Sub-blocks small enough that each decays by ≤ 80 nats (largest power of two ≤ 16 for
+      // the chunk's strongest per-token decay), so the diagonal blocks factor too; a block that
+      // still decays more (one token below −80) is evaluated pairwise.
+      float gmax = 0.0f;
+      for (int i = 0; i < c; ++i)
+        for (int d = 0; d < K; ++d) gmax = std::max(gmax, -g[(t0 + i) * ldk + d]);
+      int sub = max_sub;
+      while (sub > 1 && sub * gmax > 80.0f) sub /= 2;
+      intra_scores(qc, kc, ldk, bc, H, c, K, sub, w);
     }
     // 4. T = (I + A)⁻¹ diag(β). With P = [e^G⊙K; e^G⊙Q]·S (one product):
     //    V_new = T (V − P_top)   (= U − W S without forming U = T V and W = T (e^G⊙K))
