@@ -19,8 +19,11 @@ __attribute__((target("avx512f"))) std::uint64_t sum512(const std::uint8_t* p, s
     a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
     a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
   }
-  std::uint64_t s = static_cast<std::uint64_t>(_mm512_reduce_add_epi64(
-      _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3))));
+  // Reduce as unsigned (the intrinsic's reduction is a signed add, UB on wrap-around).
+  alignas(64) std::uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  std::uint64_t s = 0;
+  for (std::uint64_t v : lanes) s += v;
   for (; i < n; ++i) s += p[i];
   return s;
 }
