@@ -10,10 +10,10 @@
 //
 // recurrent() is the literal delta rule per token (decode, and the reference order);
 // chunked() is the WY/UT form over chunks of `chunk` tokens and gives the same result up to
-// rounding for ANY gate values: every exponential it evaluates has a non-positive argument
-// (pairwise G_i − G_j inside 16-token sub-blocks, factored through sub-block boundaries
-// between them), so exp(cumsum) can neither overflow for the unbounded softplus gate nor
-// lose range for the bounded one. Both advance `state` in place, so prefill of T tokens
+// rounding for ANY gate values: every exponential it evaluates has an argument ≤ 80 (decays
+// are factored only over spans that decay by at most 80 nats, and evaluated pairwise or
+// through sub-block boundaries otherwise; see kda_chunk.cpp), so exp(cumsum) can never
+// overflow, not even for the unbounded softplus gate. Both advance `state` in place, so prefill of T tokens
 // followed by decode steps equals one call over all tokens.
 //
 // Chunk size: 16 is fastest on CPU (the per-token cost of the inter-chunk products is 3·dk·dv

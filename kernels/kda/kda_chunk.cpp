@@ -4,17 +4,18 @@
 //   W̃ = (I + A)⁻¹ diag(β) (V − (e^G ⊙ K) S0),  A[i][j] = β_i Σ_d k_i k_j e^(G_i − G_j)  (j < i)
 //   O  = (e^G ⊙ Q) S0 + Aqk W̃,                 Aqk[i][j] = Σ_d q_i k_j e^(G_i − G_j)  (j ≤ i)
 //   S1 = diag(e^G_last) S0 + (e^(G_last − G) ⊙ K)ᵀ W̃
-// With U = T V, W = T (e^G ⊙ K), T = (I + A)⁻¹ diag(β): W̃ = U − W S0 (spec §5.4).
+// With T = (I + A)⁻¹ diag(β) this is W̃ = T (V − (e^G ⊙ K) S0) (= U − W S0 of spec §5.4
+// without forming U and W); one product [e^G⊙K; e^G⊙Q]·S0 serves both W̃ and O.
 //
 // Exponent safety: G is a within-chunk cumsum, so e^G, e^(G_last − G) have arguments ≤ 0.
-// A and Aqk need e^(G_i − G_j) for j ≤ i: inside a 16-token sub-block we evaluate it pairwise
-// (argument ≤ 0); across sub-blocks a < b we factor it through the block boundaries,
-// e^(G_i − G_e(a−1)) · e^(G_e(a−1) − G_e(b)) · e^(G_e(b) − G_j), each argument ≤ 0. Nothing is
-// ever e^(+large), whatever the gate.
-//
-// Fast path: when a chunk's total decay is ≤ 80 nats in every channel (K3's bounded gate with
-// chunks ≤ 16 always is), e^(G_i − G_j) = e^(G_i)·e^(−G_j) with finite factors and the score
-// matrices are single products. The per-chunk products use small_gemm.hpp.
+// A and Aqk need e^(G_i − G_j) for j ≤ i. Fast path: when the whole chunk decays by ≤ 80 nats
+// in every channel (K3's bounded gate with chunks ≤ 16 always does), e^(G_i)·e^(−G_j) has
+// finite factors and each score matrix is one product. Otherwise the chunk is cut into
+// sub-blocks short enough to decay by ≤ 80 nats each (powers of two ≤ 16): inside a block the
+// same factoring holds relative to the block start (a block whose single token decays more is
+// evaluated pairwise, argument ≤ 0); across blocks a > b the factor goes through the block
+// ends, e^(G_i − G_e(a−1)) · e^(G_e(a−1) − G_e(b)) · e^(G_e(b) − G_j), each argument ≤ 0.
+// Nothing is ever e^(+large), whatever the gate. The products use small_gemm.hpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
