@@ -1,7 +1,7 @@
 // k3 — the single k3serve binary. Subcommands:
 //   serve       OpenAI-compatible server (not built yet: see `k3 serve`)
-//   run         offline generation          (issue 4)
-//   make-model  random-weight checkpoint    (issue 4)
+//   run         offline generation
+//   make-model  random-weight checkpoint in the Hugging Face layout
 //   sim         cluster simulator           (issue 7)
 //   shard       remote expert-shard host    (issue 5)
 //   bench       benchmarks: `k3 bench kernels [--only mxfp4|dense|kda] [--quick] ...`
@@ -21,6 +21,8 @@ namespace k3::app {
 int version_main();
 int tokenize_main(const std::vector<std::string_view>& args);
 int bench_tokenizer_main(const std::vector<std::string_view>& args);
+int run_main(const std::vector<std::string_view>& args);
+int make_model_main(const std::vector<std::string_view>& args);
 } // namespace k3::app
 
 namespace {
@@ -34,7 +36,12 @@ void usage(FILE* out) {
              "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
              "  serve         (server not built yet; runs the kernel check, see README)\n"
              "  version\n"
-             "  run | make-model | sim | shard   (not built yet)\n",
+             "  make-model    --out DIR [--family k3|kimi-linear] [--preset demo|bench] [--layers N --hidden N\n"
+             "                --heads N --experts N --top-k N --moe-inter N --latent N --vocab N --seed S ...]\n"
+             "  run           --model DIR (--prompt TEXT | --chat TEXT) [--max-tokens N --temperature T\n"
+             "                --top-p P --top-k K --seed S --quantization mxfp4 --ignore-eos]\n"
+             "                | --model DIR --tokens 1,2,3 --dump-logits FILE\n"
+             "  sim | shard   (not built yet)\n",
              out);
 }
 
@@ -141,7 +148,14 @@ int main(int argc, char** argv) {
     o.quick = true;
     return k3::bench::run_kernel_benchmarks(o);
   }
-  if (cmd == "run" || cmd == "make-model") return not_built(cmd, "issue 4");
+  if (cmd == "run" || cmd == "make-model") {
+    try {
+      return cmd == "run" ? k3::app::run_main(args) : k3::app::make_model_main(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 %.*s: %s\n", static_cast<int>(cmd.size()), cmd.data(), e.what());
+      return 2;
+    }
+  }
   if (cmd == "sim") return not_built(cmd, "issue 7");
   if (cmd == "shard") return not_built(cmd, "issue 5");
   if (cmd == "tokenize") {

@@ -39,12 +39,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void accumulate_row
   }
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default"))) float score_row(const float* __restrict qt,
+                                                                              const float* __restrict row, int n) {
+  float acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += qt[i + j] * row[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += qt[i] * row[i];
+  float s = 0;
+  for (float a : acc) s += a;
+  return s;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void accumulate_row(float* __restrict acc,
+                                                                                  const float* __restrict row,
+                                                                                  float alpha, float p, int n) {
+  for (int i = 0; i < n; ++i) acc[i] = acc[i] * alpha + p * row[i];
+}
+
 } // namespace
 
 void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std::int64_t T, const float* ckv,
                  std::int64_t ld_c, const float* krot, std::int64_t ld_r) {
   const int w = d.row_width();
   for (std::int64_t t = 0; t < T; ++t) {
+    if (cache.fp32) {
+      float* row = cache.row_f32(pos0 + t, w);
+      std::copy_n(ckv + t * ld_c, d.latent, row);
+      std::copy_n(krot + t * ld_r, d.rope, row + d.latent);
+      continue;
+    }
     bf16_t* row = cache.row(pos0 + t, w);
     f32_to_bf16(ckv + t * ld_c, row, d.latent);
     f32_to_bf16(krot + t * ld_r, row + d.latent, d.rope);
@@ -75,8 +99,7 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
     // Online softmax over visible positions (max-rescaled, fp32).
     float m = -INFINITY, sum = 0.0f;
     const std::int64_t last = pos0 + t;
-    for (std::int64_t p = 0; p <= last; ++p) {
-      const bf16_t* row = cache.row(p, W);
+    auto visit = [&](const auto* row) {
       const float s = scale * score_row(qt.data(), row, W);
       if (s > m) {
         const float alpha = std::exp(m - s); // 0 on the first row (m = -inf)
@@ -88,6 +111,10 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
         sum += e;
         accumulate_row(acc.data(), row, 1.0f, e, L);
       }
+    };
+    for (std::int64_t p = 0; p <= last; ++p) {
+      if (cache.fp32) visit(cache.row_f32(p, W));
+      else visit(cache.row(p, W));
     }
     const float inv = 1.0f / sum;
     float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;

@@ -35,13 +35,19 @@ struct dims {
 struct cache_view {
   bf16_t* const* blocks = nullptr;
   int block_size = 0;
+  /// Rows hold fp32 instead of bf16 (blocks then point at float storage of the same row
+  /// count): the exact-numerics mode used by invariance tests, twice the memory.
+  bool fp32 = false;
   [[nodiscard]] bf16_t* row(std::int64_t p, int width) const noexcept {
     return blocks[p / block_size] + (p % block_size) * width;
+  }
+  [[nodiscard]] float* row_f32(std::int64_t p, int width) const noexcept {
+    return reinterpret_cast<float*>(blocks[p / block_size]) + (p % block_size) * width;
   }
 };
 
 /// Stores T rows (c_kv [T, latent] and k_rot [T, rope], row strides ld_c / ld_r) at positions
-/// pos0 … pos0+T−1, rounding to bf16.
+/// pos0 … pos0+T−1, rounding to bf16 (or exactly, for an fp32 cache).
 void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std::int64_t T, const float* ckv,
                  std::int64_t ld_c, const float* krot, std::int64_t ld_r);
 

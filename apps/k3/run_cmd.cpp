@@ -1,0 +1,135 @@
+// `k3 run`: offline generation from a model directory, streaming text to stdout and printing
+// prefill / decode throughput to stderr.
+//
+//   k3 run --model DIR (--prompt TEXT | --chat TEXT) [--system TEXT] [--no-thinking]
+//          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
+//          [--quantization mxfp4] [--prefill-chunk N] [--ignore-eos] [--print-ids]
+//   k3 run --model DIR --tokens 1,2,3 --dump-logits FILE     raw fp32 [T, vocab] little-endian
+//
+// --prompt encodes TEXT as plain text (no special tokens); --chat renders one user turn with
+// the model's chat format (K3 XTML, or the K2 envelope for Kimi Linear) and the generation
+// prompt. Generation stops at the tokenizer's stop ids unless --ignore-eos.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/k3/cli_args.hpp"
+#include "runtime/chat/k2_format.hpp"
+#include "runtime/chat/k3_xtml.hpp"
+#include "runtime/model/generate.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/tokenizer/detokenizer.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
+
+namespace k3::app {
+namespace {
+
+std::vector<std::int32_t> parse_ids(const std::string& s) {
+  std::vector<std::int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX)
+      throw std::invalid_argument("--tokens expects comma-separated non-negative ids, got '" + item + "'");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  if (ids.empty()) throw std::invalid_argument("--tokens is empty");
+  return ids;
+}
+
+} // namespace
+
+int run_main(const std::vector<std::string_view>& argv) {
+  std::string dir, prompt, chat, system, dump, tokens;
+  bool thinking = true, print_ids = false;
+  model::generate_options g;
+  model::load_options lo;
+  cli_args a(argv);
+  while (!a.done()) {
+    const auto f = a.next();
+    if (f == "--model") dir = a.value(f);
+    else if (f == "--prompt") prompt = a.value(f);
+    else if (f == "--chat") chat = a.value(f);
+    else if (f == "--system") system = a.value(f);
+    else if (f == "--no-thinking") thinking = false;
+    else if (f == "--max-tokens") g.max_tokens = static_cast<int>(a.integer(f, 1, 1 << 24));
+    else if (f == "--temperature") g.sampling.temperature = static_cast<float>(a.number(f));
+    else if (f == "--top-p") g.sampling.top_p = static_cast<float>(a.number(f));
+    else if (f == "--top-k") g.sampling.top_k = static_cast<int>(a.integer(f, 0, 1 << 24));
+    else if (f == "--min-p") g.sampling.min_p = static_cast<float>(a.number(f));
+    else if (f == "--seed") g.seed = static_cast<std::uint64_t>(a.integer(f, 0, INT64_MAX));
+    else if (f == "--prefill-chunk") g.prefill_chunk = static_cast<int>(a.integer(f, 1, 1 << 24));
+    else if (f == "--ignore-eos") g.ignore_eos = true;
+    else if (f == "--print-ids") print_ids = true;
+    else if (f == "--dump-logits") dump = a.value(f);
+    else if (f == "--tokens") tokens = a.value(f);
+    else if (f == "--quantization") {
+      const auto q = a.value(f);
+      if (q != "mxfp4") throw std::invalid_argument("--quantization supports only mxfp4, got '" + q + "'");
+      lo.quantize_experts = true;
+    } else throw std::invalid_argument("unknown option '" + std::string(f) + "'");
+  }
+  if (dir.empty()) throw std::invalid_argument("--model DIR is required");
+  if (!dump.empty() && tokens.empty()) throw std::invalid_argument("--dump-logits needs --tokens 1,2,3");
+  if (dump.empty() && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
+  if (auto err = sampling::validate(g.sampling)) throw std::invalid_argument(*err);
+
+  std::vector<std::string> notes;
+  auto m = model::model::load(dir, lo, &notes);
+  for (const auto& n : notes) std::fprintf(stderr, "k3 run: %s\n", n.c_str());
+  std::fprintf(stderr, "k3 run: %s\n", m->config().describe().c_str());
+
+  if (!dump.empty()) {
+    const auto ids = parse_ids(tokens);
+    auto seq = m->new_sequence();
+    const model::batch_entry e{&seq, ids, true};
+    const auto out = m->step({&e, 1});
+    std::ofstream f(dump, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(out.logits.data()),
+            static_cast<std::streamsize>(out.logits.size() * sizeof(float)));
+    if (!f) throw std::runtime_error(dump + ": write failed");
+    std::fprintf(stderr, "k3 run: wrote %zu x %lld fp32 logits to %s\n", ids.size(),
+                 static_cast<long long>(out.vocab), dump.c_str());
+    return 0;
+  }
+
+  const auto tk = tok::kimi_tokenizer::load(dir);
+  std::vector<std::int32_t> ids;
+  if (!prompt.empty()) {
+    ids = tk.encode(prompt, false);
+  } else {
+    chat::conversation conv;
+    conv.thinking = thinking;
+    auto turn = [&](const char* role, const std::string& text) {
+      chat::message msg;
+      msg.role = role;
+      msg.content = text;
+      conv.messages.push_back(std::move(msg));
+    };
+    if (!system.empty()) turn("system", system);
+    turn("user", chat);
+    const auto segs = m->config().fam == model::family::kimi_k3 ? chat::render_k3(conv) : chat::render_k2(conv);
+    ids = tk.encode(segs);
+  }
+  if (ids.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
+
+  tok::incremental_decoder dec(tk.bpe());
+  const auto r = model::generate(*m, ids, tk.stop_ids, g, [&](std::int32_t id) {
+    if (print_ids) std::printf("%d ", id);
+    else std::fputs(dec.push(id).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  if (!print_ids) std::fputs(dec.flush().c_str(), stdout);
+  std::fputc('\n', stdout);
+  const double dec_tok = r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) : 0.0;
+  std::fprintf(stderr, "k3 run: prompt %lld tokens, prefill %.1f tok/s (%.3f s); generated %zu tokens, decode %.2f tok/s; finish %s\n",
+               static_cast<long long>(r.prompt_tokens), r.prompt_tokens / std::max(r.prefill_seconds, 1e-9),
+               r.prefill_seconds, r.tokens.size(), dec_tok / std::max(r.decode_seconds, 1e-9), r.finish_reason.c_str());
+  return 0;
+}
+
+} // namespace k3::app

@@ -1,0 +1,114 @@
+// Dense MLP and the (latent) MoE with shared experts (spec §8, §9).
+#include <cstring>
+
+#include "kernels/common/bf16.hpp"
+#include "kernels/common/parallel.hpp"
+#include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/ops/activations.hpp"
+#include "kernels/ops/norms.hpp"
+#include "kernels/router/router.hpp"
+#include "runtime/model/forward.hpp"
+
+namespace k3::model {
+namespace {
+
+void glu(const model_config& c, const float* gate, const float* up, std::int64_t n, float* out) {
+  if (c.act == activation::situ) ops::situ_glu(gate, up, n, ops::situ_params{c.situ_beta, c.situ_linear_beta}, out);
+  else ops::silu_glu(gate, up, n, out);
+}
+
+} // namespace
+
+void mlp_forward(const model_config& c, const mlp_weights& w, const float* x, std::int64_t n, float* out,
+                 workspace& ws) {
+  const std::int64_t Hd = c.hidden, I = w.gate.rows;
+  float* g = ws.get(workspace::ffn_gate, n * I);
+  float* u = ws.get(workspace::ffn_up, n * I);
+  w.gate.matmul(x, Hd, n, g, I);
+  w.up.matmul(x, Hd, n, u, I);
+  glu(c, g, u, n * I, g);
+  w.down.matmul(g, I, n, out, Hd);
+}
+
+void moe_forward(const model_config& c, const moe_weights& w, const float* x, std::int64_t n, float* out,
+                 workspace& ws, bool round_outputs, std::vector<std::int64_t>& expert_tokens) {
+  const std::int64_t Hd = c.hidden, E = c.num_experts, k = c.top_k, X = c.expert_width(), I = c.moe_inter;
+
+  // Router in fp32 from the full-width input.
+  float* logits = ws.get(workspace::logits, n * E);
+  w.gate.matmul(x, Hd, n, logits, E);
+  ws.ids.resize(static_cast<std::size_t>(n * k));
+  ws.weights.resize(static_cast<std::size_t>(n * k));
+  const router::params rp{c.num_experts, c.top_k, c.num_expert_groups, c.topk_group, c.renormalize, c.routed_scaling};
+  router::route(logits, n, w.bias.data(), rp, ws.ids.data(), ws.weights.data());
+  const auto plan = router::plan(ws.ids.data(), n, c.top_k, c.num_experts);
+  for (std::int64_t e = 0; e < E; ++e) expert_tokens[static_cast<std::size_t>(e)] += plan.offsets[e + 1] - plan.offsets[e];
+
+  // Expert input: the latent projection (K3) or the input itself, gathered in expert order.
+  const float* src = x;
+  if (c.routed_hidden > 0) {
+    float* lat = ws.get(workspace::lat, n * X);
+    w.latent_down.matmul(x, Hd, n, lat, X);
+    src = lat;
+  }
+  const std::int64_t R = n * k;
+  float* xs = ws.get(workspace::xs, R * X);
+  parallel_for(R, [&](std::int64_t r) { std::memcpy(xs + r * X, src + plan.token[r] * X, sizeof(float) * X); });
+
+  float* e1 = ws.get(workspace::e1, R * I);
+  float* e3 = ws.get(workspace::e3, R * I);
+  float* ys = ws.get(workspace::ys, R * X);
+  std::vector<mxfp4::expert_segment> s1, s3, s2;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t b0 = plan.offsets[e], b1 = plan.offsets[e + 1];
+    if (b0 == b1) continue;
+    const auto& ex = w.experts[static_cast<std::size_t>(e)];
+    if (ex.w1.mxfp4 && ex.w3.mxfp4 && ex.w2.mxfp4) {
+      s1.push_back({ex.w1.q, b0, b1});
+      s3.push_back({ex.w3.q, b0, b1});
+      s2.push_back({ex.w2.q, b0, b1});
+    } else { // bf16 experts (Kimi Linear without --quantization mxfp4)
+      const std::int64_t m = b1 - b0;
+      ex.w1.d.matmul(xs + b0 * X, X, m, e1 + b0 * I, I);
+      ex.w3.d.matmul(xs + b0 * X, X, m, e3 + b0 * I, I);
+      glu(c, e1 + b0 * I, e3 + b0 * I, m * I, e1 + b0 * I);
+      ex.w2.d.matmul(e1 + b0 * I, I, m, ys + b0 * X, X);
+    }
+  }
+  if (!s1.empty()) {
+    mxfp4::grouped_gemm(xs, X, s1, e1, I);
+    mxfp4::grouped_gemm(xs, X, s3, e3, I);
+    for (const auto& s : s1) glu(c, e1 + s.begin * I, e3 + s.begin * I, (s.end - s.begin) * I, e1 + s.begin * I);
+    mxfp4::grouped_gemm(e1, I, s2, ys, X);
+  }
+
+  // Combine in slot order (fixed per token, so batch composition cannot change the sum):
+  // each expert output rounded to bf16, weighted sum in fp32 (NeMo's order, spec §6).
+  float* y = ws.get(workspace::comb, n * X);
+  parallel_for(n, [&](std::int64_t t) {
+    float* yt = y + t * X;
+    std::fill_n(yt, X, 0.0f);
+    for (std::int64_t j = 0; j < k; ++j) {
+      const float wt = ws.weights[static_cast<std::size_t>(t * k + j)];
+      const float* ye = ys + static_cast<std::int64_t>(plan.row_of[static_cast<std::size_t>(t * k + j)]) * X;
+      if (round_outputs)
+        for (std::int64_t i = 0; i < X; ++i) yt[i] += wt * round_bf16(ye[i]);
+      else
+        for (std::int64_t i = 0; i < X; ++i) yt[i] += wt * ye[i];
+    }
+  });
+
+  if (c.routed_hidden > 0) {
+    if (c.latent_norm) ops::rms_norm(y, w.latent_norm.data(), c.rms_eps, n, X, y);
+    w.latent_up.matmul(y, X, n, out, Hd);
+  } else {
+    std::memcpy(out, y, sizeof(float) * n * Hd);
+  }
+  if (!w.shared.empty()) {
+    float* sh = ws.get(workspace::shared, n * Hd);
+    mlp_forward(c, w.shared, x, n, sh, ws);
+    for (std::int64_t i = 0; i < n * Hd; ++i) out[i] += sh[i];
+  }
+}
+
+} // namespace k3::model

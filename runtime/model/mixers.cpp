@@ -1,0 +1,125 @@
+// KDA and MLA mixers over a mixed prefill/decode batch (spec §5.1, §10).
+#include <algorithm>
+
+#include "kernels/kda/kda.hpp"
+#include "kernels/mla/mla.hpp"
+#include "kernels/ops/norms.hpp"
+#include "runtime/model/forward.hpp"
+
+namespace k3::model {
+
+void kda_forward(const model_config& c, const kda_weights& w, int slot, const batch_layout& b, const float* x,
+                 float* out, workspace& ws) {
+  const std::int64_t n = b.n, Hd = c.hidden, P = c.kda_proj(), hd = c.kda_head_dim;
+  const int H = c.kda_heads, K = c.conv_kernel;
+  float* q = ws.get(workspace::q, n * P);
+  float* k = ws.get(workspace::k, n * P);
+  float* v = ws.get(workspace::v, n * P);
+  w.q.matmul(x, Hd, n, q, P);
+  w.k.matmul(x, Hd, n, k, P);
+  w.v.matmul(x, Hd, n, v, P);
+
+  // Causal short conv + SiLU per sequence, each stream with its own state section.
+  for (std::size_t e = 0; e < b.entries(); ++e) {
+    float* st = b.seq[e]->conv[static_cast<std::size_t>(slot)].data();
+    float* streams[3] = {q, k, v};
+    for (int s = 0; s < 3; ++s) {
+      float* xs = streams[s] + b.off[e] * P;
+      kda::short_conv(xs, b.len[e], P, w.conv.data() + s * P * K, K, st + s * P * (K - 1), xs);
+    }
+  }
+
+  // Decay gate and β (fp32), q/k L2 norm.
+  float* f = ws.get(workspace::f, n * hd);
+  float* graw = ws.get(workspace::graw, n * P);
+  float* g = ws.get(workspace::g, n * P);
+  w.f_a.matmul(x, Hd, n, f, hd);
+  w.f_b.matmul(f, hd, n, graw, P);
+  const kda::gate_params gp{c.bounded_gate ? kda::gate_kind::lower_bound : kda::gate_kind::softplus,
+                            c.gate_lower_bound};
+  kda::decay_gate(graw, n, H, static_cast<int>(hd), w.a_log.data(), w.dt_bias.data(), gp, g);
+  float* beta = ws.get(workspace::beta, n * H);
+  w.b.matmul(x, Hd, n, beta, H);
+  kda::beta_sigmoid(beta, n * H);
+  kda::prepare_qk(q, k, n, H, static_cast<int>(hd));
+
+  // Delta-rule scan: chunked for prefill chunks, one batched recurrent call per run of
+  // consecutive single-token (decode) entries.
+  float* o = ws.get(workspace::o, n * P);
+  const kda::dims d{H, static_cast<int>(hd), static_cast<int>(hd)};
+  std::vector<float*> states;
+  for (std::size_t e = 0; e < b.entries();) {
+    const std::int64_t r = b.off[e];
+    if (b.len[e] == 1) {
+      std::size_t j = e;
+      states.clear();
+      while (j < b.entries() && b.len[j] == 1) states.push_back(b.seq[j++]->kda[static_cast<std::size_t>(slot)].data());
+      kda::recurrent_batch(q + r * P, k + r * P, v + r * P, g + r * P, beta + r * H,
+                           static_cast<std::int64_t>(states.size()), d, states.data(), o + r * P);
+      e = j;
+    } else {
+      kda::chunked(q + r * P, k + r * P, v + r * P, g + r * P, beta + r * H, b.len[e], d,
+                   b.seq[e]->kda[static_cast<std::size_t>(slot)].data(), o + r * P);
+      ++e;
+    }
+  }
+
+  // Output gate, per-head gated RMSNorm, projection.
+  float* og = ws.get(workspace::og, n * P);
+  if (c.full_rank_gate) {
+    w.g.matmul(x, Hd, n, og, P);
+  } else {
+    float* ga = ws.get(workspace::f, n * hd);
+    w.g_a.matmul(x, Hd, n, ga, hd);
+    w.g_b.matmul(ga, hd, n, og, P);
+  }
+  ops::rms_norm_gated(o, og, w.o_norm.data(), c.rms_eps, n * H, hd, o);
+  w.o.matmul(o, P, n, out, Hd);
+}
+
+void mla_forward(const model_config& c, const mla_weights& w, int slot, const batch_layout& b, const float* x,
+                 float* out, workspace& ws) {
+  const std::int64_t n = b.n, Hd = c.hidden, H = c.mla_heads, qd = c.qk_nope + c.qk_rope, L = c.kv_lora_rank;
+  const std::int64_t W = L + c.qk_rope, V = c.v_head_dim;
+  constexpr float low_rank_eps = 1e-6f; // q_a / kv_a norms use the KimiRMSNorm default (spec §10.8)
+
+  float* q = ws.get(workspace::q, n * H * qd);
+  if (c.q_lora_rank > 0) {
+    float* qa = ws.get(workspace::qa, n * c.q_lora_rank);
+    w.q_a.matmul(x, Hd, n, qa, c.q_lora_rank);
+    ops::rms_norm(qa, w.q_a_norm.data(), low_rank_eps, n, c.q_lora_rank, qa);
+    w.q_b.matmul(qa, c.q_lora_rank, n, q, H * qd);
+  } else {
+    w.q.matmul(x, Hd, n, q, H * qd);
+  }
+  float* qn = ws.get(workspace::qn, n * H * c.qk_nope);
+  float* qr = ws.get(workspace::qr, n * H * c.qk_rope);
+  for (std::int64_t t = 0; t < n * H; ++t) {
+    std::copy_n(q + t * qd, c.qk_nope, qn + t * c.qk_nope);
+    std::copy_n(q + t * qd + c.qk_nope, c.qk_rope, qr + t * c.qk_rope);
+  }
+
+  float* ckv = ws.get(workspace::ckv, n * W);
+  w.kv_a.matmul(x, Hd, n, ckv, W);
+  for (std::int64_t t = 0; t < n; ++t) ops::rms_norm(ckv + t * W, w.kv_a_norm.data(), low_rank_eps, 1, L, ckv + t * W);
+
+  float* gate = nullptr;
+  if (c.mla_output_gate) {
+    gate = ws.get(workspace::gate, n * H * V);
+    w.g.matmul(x, Hd, n, gate, H * V);
+  }
+  float* att = ws.get(workspace::att, n * H * V);
+  const mla::dims d{static_cast<int>(H), c.qk_nope, c.qk_rope, c.kv_lora_rank, c.v_head_dim};
+  for (std::size_t e = 0; e < b.entries(); ++e) {
+    sequence_state& s = *b.seq[e];
+    const std::int64_t r = b.off[e], T = b.len[e], pos0 = b.pos0[e];
+    s.reserve(pos0 + T);
+    const mla::cache_view view{s.mla_blocks[static_cast<std::size_t>(slot)].data(), s.block_size, s.fp32_cache};
+    mla::cache_write(view, d, pos0, T, ckv + r * W, W, ckv + r * W + L, W);
+    mla::attention(qn + r * H * c.qk_nope, qr + r * H * c.qk_rope, w.kv_b.data(), view, d, pos0, T,
+                   gate ? gate + r * H * V : nullptr, att + r * H * V);
+  }
+  w.o.matmul(att, H * V, n, out, Hd);
+}
+
+} // namespace k3::model

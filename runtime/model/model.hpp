@@ -1,0 +1,117 @@
+#pragma once
+// The Kimi K3 / Kimi Linear forward pass on the CPU kernels (spec model.md §4–§10).
+//
+// A step runs one batch that mixes prefill chunks and decode tokens of different sequences:
+// the batch is plain data, a list of (sequence state, tokens) entries. All tokens of the batch
+// go through every projection GEMM together; the sequence-local parts (KDA short conv and
+// delta-rule scan, MLA cache write and attention) run per entry on its own state. Consecutive
+// single-token entries share one batched recurrent scan.
+//
+// Per-sequence state (sequence_state): for each KDA layer the fp32 recurrent state [H, dk, dv]
+// and the conv state [3, P, K−1] (pre-conv inputs, q/k/v streams); for each MLA layer a block
+// table of bf16 latent rows [c_kv | k_rot] (paged, block_size rows per block). A state either
+// owns its blocks (reserve() grows them, the default for offline use) or is handed blocks by
+// an external KV manager (owns_blocks = false: the manager fills mla_blocks before the step).
+//
+// Invariances the tests pin (fp32, rel ≤ 1e-4): one prefill = chunked prefill = token by token
+// decode; a sequence's logits are the same alone or batched with others. They hold because
+// every per-token reduction has a fixed order independent of batch composition, and the
+// chunked and recurrent KDA forms agree to ~1e-6.
+//
+// Thread safety: step() is called by one thread at a time (it owns a workspace); the kernels
+// parallelise internally. Different sequence_states may not alias.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/common/bf16.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/model/safetensors.hpp"
+#include "runtime/model/weights.hpp"
+
+namespace k3::model {
+
+class sequence_state {
+public:
+  sequence_state(const model_config& c, int block_size = 64, bool fp32_cache = false);
+
+  std::int64_t pos = 0;                          ///< tokens already processed
+  std::vector<std::vector<float>> kda;           ///< per KDA layer [H, dk, dv]
+  std::vector<std::vector<float>> conv;          ///< per KDA layer [3, P, K−1]
+  std::vector<std::vector<bf16_t*>> mla_blocks;  ///< per MLA layer: block table
+  int block_size = 64;
+  int mla_row_width = 0;
+  bool owns_blocks = true;
+  bool fp32_cache = false; ///< rows are fp32 (exact_fp32 mode); blocks then hold floats
+
+  /// Ensures the block tables cover `tokens` rows (allocating owned blocks). With external
+  /// blocks, throws std::length_error if the manager did not provide enough.
+  void reserve(std::int64_t tokens);
+  /// Back to an empty sequence (states zeroed; owned blocks kept for reuse).
+  void reset();
+  [[nodiscard]] std::int64_t capacity() const noexcept;
+  /// Bytes of fixed state (KDA recurrent + conv) and of one cached token (all MLA layers).
+  [[nodiscard]] static std::int64_t fixed_bytes(const model_config& c);
+  [[nodiscard]] static std::int64_t bytes_per_token(const model_config& c);
+
+private:
+  std::vector<std::unique_ptr<bf16_t[]>> owned_;
+};
+
+struct batch_entry {
+  sequence_state* seq = nullptr;
+  std::span<const std::int32_t> tokens;
+  bool all_logits = false; ///< logits for every token (else only the last)
+};
+
+struct step_output {
+  std::int64_t vocab = 0;
+  std::vector<float> logits;           ///< rows × vocab
+  std::vector<std::int64_t> first_row; ///< per entry: its first row in logits
+  [[nodiscard]] std::span<const float> row(std::int64_t r) const {
+    return {logits.data() + r * vocab, static_cast<std::size_t>(vocab)};
+  }
+  /// The last logits row of entry i.
+  [[nodiscard]] std::span<const float> last(std::size_t i) const;
+};
+
+class workspace;
+
+class model {
+public:
+  /// Loads config.json and the safetensors checkpoint in `dir`. Throws config_error or
+  /// checkpoint_error with the file and key/tensor named.
+  [[nodiscard]] static std::unique_ptr<model> load(const std::string& dir, const load_options& opt = {},
+                                                   std::vector<std::string>* notes = nullptr);
+  ~model();
+
+  [[nodiscard]] const model_config& config() const noexcept { return cfg_; }
+  [[nodiscard]] const model_weights& weights() const noexcept { return w_; }
+  [[nodiscard]] sequence_state new_sequence(int block_size = 64) const {
+    return sequence_state(cfg_, block_size, opt_.exact_fp32);
+  }
+  [[nodiscard]] const load_options& options() const noexcept { return opt_; }
+
+  /// Runs one batch. Advances every entry's state by its tokens. Throws std::invalid_argument
+  /// for a token id outside the vocabulary, an empty entry, two entries on one state, or a
+  /// sequence past max_position_embeddings; the states are untouched in that case.
+  step_output step(std::span<const batch_entry> batch);
+
+  /// Tokens routed to each expert so far: [moe layer][expert] (for load figures).
+  [[nodiscard]] const std::vector<std::vector<std::int64_t>>& expert_tokens() const noexcept { return expert_tokens_; }
+
+private:
+  model(checkpoint ck, model_config cfg, model_weights w, load_options opt);
+
+  checkpoint ck_;
+  model_config cfg_;
+  model_weights w_;
+  load_options opt_;
+  std::unique_ptr<workspace> ws_;
+  std::vector<std::vector<std::int64_t>> expert_tokens_;
+};
+
+} // namespace k3::model
