@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/kernel_bench.hpp"
+#include "bench/model_bench.hpp"
 #include "kernels/common/cpu_features.hpp"
 
 namespace k3::app {
@@ -32,6 +33,7 @@ void usage(FILE* out) {
              "commands:\n"
              "  bench kernels [--only mxfp4|dense|kda] [--quick] [--gib N] [--kda-tokens T]\n"
              "                [--kda-heads H] [--seconds S] [--isa scalar|avx2|avx512]\n"
+             "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
              "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
              "  serve         (server not built yet; runs the kernel check, see README)\n"
@@ -61,8 +63,34 @@ int bench_main(const std::vector<std::string_view>& args) {
       return 2;
     }
   }
+  if (!args.empty() && args[0] == "model") {
+    k3::bench::model_bench_options mo;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      const std::string_view a = args[i];
+      double v = 0;
+      const bool has = i + 1 < args.size();
+      if (a == "--model" && has) mo.model_dir = std::string(args[++i]);
+      else if (a == "--prompt-tokens" && has && parse_number(args[++i], v) && v >= 1) mo.prompt_tokens = static_cast<int>(v);
+      else if (a == "--seconds" && has && parse_number(args[++i], v) && v > 0) mo.seconds = v;
+      else {
+        std::fprintf(stderr, "k3 bench model: bad or incomplete option '%.*s' (--model DIR [--prompt-tokens N] [--seconds S])\n",
+                     static_cast<int>(a.size()), a.data());
+        return 2;
+      }
+    }
+    if (mo.model_dir.empty()) {
+      std::fputs("k3 bench model: --model DIR is required\n", stderr);
+      return 2;
+    }
+    try {
+      return k3::bench::run_model_benchmark(mo);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 bench model: %s\n", e.what());
+      return 2;
+    }
+  }
   if (args.empty() || args[0] != "kernels") {
-    std::fputs("k3 bench: expected `k3 bench kernels` or `k3 bench tokenizer`\n", stderr);
+    std::fputs("k3 bench: expected `k3 bench kernels`, `k3 bench model` or `k3 bench tokenizer`\n", stderr);
     return 2;
   }
   k3::bench::kernel_bench_options o;

@@ -82,6 +82,8 @@ int run_main(const std::vector<std::string_view>& argv) {
   auto m = model::model::load(dir, lo, &notes);
   for (const auto& n : notes) std::fprintf(stderr, "k3 run: %s\n", n.c_str());
   std::fprintf(stderr, "k3 run: %s\n", m->config().describe().c_str());
+  if (lo.quantize_experts && !m->config().experts_mxfp4)
+    std::fprintf(stderr, "k3 run: routed experts quantized to MXFP4 at load (OCP scale rule)\n");
 
   if (!dump.empty()) {
     const auto ids = parse_ids(tokens);

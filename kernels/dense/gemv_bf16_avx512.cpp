@@ -21,6 +21,10 @@ inline __m512 widen_masked(const bf16_t* p, __mmask16 k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
 }
 
+// Prefetch distance along the (contiguous) weight stream: ~16 KiB, so short rows (k = 1024,
+// 2 KiB) still look far enough ahead to cover DRAM latency; a fixed 1 KiB per row did not.
+constexpr std::int64_t prefetch_elems = 8192;
+
 template <int R, int TG>
 void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
   __m512 acc[R][TG];
@@ -31,7 +35,7 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
     __m512 xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + 512), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + prefetch_elems), _MM_HINT_T0);
       const __m512 wv = widen(w + r * k + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }

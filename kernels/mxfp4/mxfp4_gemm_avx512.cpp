@@ -58,7 +58,10 @@ void micro512(const std::uint8_t* packed, const std::uint8_t* scales, std::int64
   // Software prefetch two row groups ahead: the next groups are contiguous (R·nb·16 bytes), so
   // one cache line per block iteration covers them exactly when R = 4. Without it a single
   // core reaches only ~1/3 of the streaming-read bandwidth from DRAM.
-  const std::uint8_t* ahead = packed + 2 * R * row_bytes;
+  // The distance is at least 2 groups and at least ~16 KiB: short rows (1024 columns = 512 B)
+  // would otherwise prefetch only ~4 KiB ahead, less than DRAM latency × per-core bandwidth.
+  const std::int64_t group = R * row_bytes;
+  const std::uint8_t* ahead = packed + std::max<std::int64_t>(2, (16384 + group - 1) / group) * group;
   for (std::int64_t b = 0; b < nb; ++b) {
     _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 16 * R), _MM_HINT_T0);
     __m512 xe[TG], xo[TG];

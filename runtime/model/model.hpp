@@ -90,6 +90,7 @@ public:
 
   [[nodiscard]] const model_config& config() const noexcept { return cfg_; }
   [[nodiscard]] const model_weights& weights() const noexcept { return w_; }
+  [[nodiscard]] const checkpoint& ckpt() const noexcept { return ck_; }
   [[nodiscard]] sequence_state new_sequence(int block_size = 64) const {
     return sequence_state(cfg_, block_size, opt_.exact_fp32);
   }
