@@ -28,9 +28,10 @@ test: build test-peers
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # Until the HTTP server lands (issue 6), `make serve` runs the most complete program there is:
-# the kernel self-check and benchmark table. It says so on stdout; it does not pretend to serve.
+# offline generation on the demo checkpoint (made on first use). It says so; it does not pretend
+# to serve.
 serve: build
-	@$(BUILD_DIR)/k3 serve
+	@$(BUILD_DIR)/k3 serve --demo-dir $(BUILD_DIR)/demo-model
 
 bench: build
 	@$(BUILD_DIR)/k3 bench kernels

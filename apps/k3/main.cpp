@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,7 +37,7 @@ void usage(FILE* out) {
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
              "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
-             "  serve         (server not built yet; runs the kernel check, see README)\n"
+             "  serve         (server not built yet; runs offline generation on the demo model, see README)\n"
              "  version\n"
              "  make-model    --out DIR [--family k3|kimi-linear] [--preset demo|bench] [--layers N --hidden N\n"
              "                --heads N --experts N --top-k N --moe-inter N --latent N --vocab N --seed S ...]\n"
@@ -167,14 +168,22 @@ int main(int argc, char** argv) {
   if (cmd == "version" || cmd == "--version") return k3::app::version_main();
   if (cmd == "bench") return bench_main(args);
   if (cmd == "serve") {
-    // The HTTP server is issue 6. Until it exists `make serve` runs the most complete program
-    // there is — the kernel validation and benchmark table — and says so plainly.
-    std::printf("k3 serve: the OpenAI-compatible server is not built yet (issue 6).\n"
-                "Running the kernel self-check and benchmarks instead (quick sizes).\n");
-    k3::app::version_main();
-    k3::bench::kernel_bench_options o;
-    o.quick = true;
-    return k3::bench::run_kernel_benchmarks(o);
+    // The HTTP server is issue 6. Until it exists `make serve` shows the most complete program
+    // there is — offline generation on the demo checkpoint — and says so plainly.
+    std::printf("k3 serve: the OpenAI-compatible server is not built yet (issue 6); nothing listens on\n"
+                "127.0.0.1:8000. Showing offline generation on the demo checkpoint instead.\n");
+    std::string demo = "build/demo-model";
+    if (args.size() == 2 && args[0] == "--demo-dir") demo = std::string(args[1]);
+    try {
+      if (!std::filesystem::exists(demo + "/config.json"))
+        k3::app::make_model_main({"--out", demo, "--quiet"});
+      const std::vector<std::string_view> run = {"--model", demo, "--chat", "Hello! Who are you?", "--max-tokens",
+                                                 "24", "--temperature", "0"};
+      return k3::app::run_main(run);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 serve: %s\n", e.what());
+      return 2;
+    }
   }
   if (cmd == "run" || cmd == "make-model") {
     try {

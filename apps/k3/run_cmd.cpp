@@ -100,6 +100,9 @@ int run_main(const std::vector<std::string_view>& argv) {
   }
 
   const auto tk = tok::kimi_tokenizer::load(dir);
+  if (tk.vocab_size() > m->config().vocab) // spec §12.9: ids past the embedding would be out of range
+    throw std::runtime_error(dir + ": the tokenizer has " + std::to_string(tk.vocab_size()) +
+                             " ids but config.json vocab_size is " + std::to_string(m->config().vocab));
   std::vector<std::int32_t> ids;
   if (!prompt.empty()) {
     ids = tk.encode(prompt, false);
