@@ -3,7 +3,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
+#include <cstring>
 #include <sstream>
+
+#include "kernels/common/bf16.hpp"
 
 #include "kernels/mxfp4/mxfp4_format.hpp"
 #include "runtime/model/config.hpp"
@@ -296,4 +300,54 @@ TEST_CASE("loader: every corruption is a clear error naming file and tensor", "[
     std::filesystem::remove(d.path() / "model.safetensors.index.json");
     load_rejects(d.str(), {"no model.safetensors"});
   }
+}
+
+TEST_CASE("loader: F16 and F32 tensors load to the same model as BF16", "[model]") {
+  test::temp_dir d("dtypes");
+  model::make_model(test::tiny_options(model::family::kimi_linear), d.str());
+  const std::vector<std::int32_t> toks = {5, 77, 300, 12, 600};
+  auto logits = [&] {
+    auto m = model::model::load(d.str(), {.progress = 0, .exact_fp32 = true});
+    auto s = m->new_sequence();
+    const model::batch_entry e{&s, toks, true};
+    return m->step({&e, 1}).logits;
+  };
+  const auto before = logits();
+  auto t = test::read_all(d.str());
+  auto widen = [](raw_tensor& x, bool to_f16) {
+    std::vector<std::uint8_t> out;
+    for (std::size_t i = 0; i < x.bytes.size(); i += 2) {
+      std::uint16_t h;
+      std::memcpy(&h, &x.bytes[i], 2);
+      const float f = bf16_to_f32(h);
+      if (to_f16) { // exact for these magnitudes: f16 keeps 10 mantissa bits ≥ bf16's 7
+        std::uint32_t b;
+        std::memcpy(&b, &f, 4);
+        const int e = static_cast<int>((b >> 23) & 0xff) - 127 + 15;
+        REQUIRE(((e > 0 && e < 31) || f == 0.0f));
+        const std::uint16_t r = f == 0.0f ? static_cast<std::uint16_t>((b >> 16) & 0x8000)
+                                          : static_cast<std::uint16_t>(((b >> 16) & 0x8000) | (e << 10) | ((b >> 13) & 0x3ff));
+        out.push_back(static_cast<std::uint8_t>(r & 0xff));
+        out.push_back(static_cast<std::uint8_t>(r >> 8));
+      } else {
+        const auto* p = reinterpret_cast<const std::uint8_t*>(&f);
+        out.insert(out.end(), p, p + 4);
+      }
+    }
+    x.bytes = std::move(out);
+    x.dtype = to_f16 ? "F16" : "F32";
+  };
+  widen(find(t, "model.layers.0.self_attn.q_proj.weight"), false);
+  widen(find(t, "model.layers.2.block_sparse_moe.experts.1.w2.weight"), false);
+  widen(find(t, "model.layers.0.input_layernorm.weight"), true);
+  widen(find(t, "model.layers.3.self_attn.kv_b_proj.weight"), true);
+  test::write_all(d.str(), t);
+  const auto after = logits();
+  REQUIRE(after.size() == before.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    num += (after[i] - before[i]) * (after[i] - before[i]);
+    den += before[i] * before[i];
+  }
+  CHECK(std::sqrt(num / den) <= 1e-5);
 }
