@@ -21,7 +21,7 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
 
   // Causal short conv + SiLU per sequence, each stream with its own state section.
   for (std::size_t e = 0; e < b.entries(); ++e) {
-    float* st = b.seq[e]->conv[static_cast<std::size_t>(slot)].data();
+    float* st = b.seq[e]->conv[static_cast<std::size_t>(slot)];
     float* streams[3] = {q, k, v};
     for (int s = 0; s < 3; ++s) {
       float* xs = streams[s] + b.off[e] * P;
@@ -53,13 +53,13 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
     if (b.len[e] == 1) {
       std::size_t j = e;
       states.clear();
-      while (j < b.entries() && b.len[j] == 1) states.push_back(b.seq[j++]->kda[static_cast<std::size_t>(slot)].data());
+      while (j < b.entries() && b.len[j] == 1) states.push_back(b.seq[j++]->kda[static_cast<std::size_t>(slot)]);
       kda::recurrent_batch(q + r * P, k + r * P, v + r * P, g + r * P, beta + r * H,
                            static_cast<std::int64_t>(states.size()), d, states.data(), o + r * P);
       e = j;
     } else {
       kda::chunked(q + r * P, k + r * P, v + r * P, g + r * P, beta + r * H, b.len[e], d,
-                   b.seq[e]->kda[static_cast<std::size_t>(slot)].data(), o + r * P);
+                   b.seq[e]->kda[static_cast<std::size_t>(slot)], o + r * P);
       ++e;
     }
   }

@@ -19,14 +19,36 @@ sequence_state::sequence_state(const model_config& c, int bs, bool fp32)
     : block_size(bs), mla_row_width(c.kv_lora_rank + c.qk_rope), fp32_cache(fp32) {
   if (bs <= 0) throw std::invalid_argument("sequence_state: block_size must be positive");
   const std::int64_t H = c.kda_heads, hd = c.kda_head_dim, P = c.kda_proj(), K = c.conv_kernel;
+  kda_floats_ = static_cast<std::size_t>(H * hd * hd);
+  conv_floats_ = static_cast<std::size_t>(3 * P * (K - 1));
   for (int i = 0; i < c.num_layers; ++i) {
     if (c.layer_is_kda[i]) {
-      kda.emplace_back(static_cast<std::size_t>(H * hd * hd), 0.0f);
-      conv.emplace_back(static_cast<std::size_t>(3 * P * (K - 1)), 0.0f);
+      own_state_.emplace_back(kda_floats_, 0.0f);
+      kda.push_back(own_state_.back().data());
+      own_state_.emplace_back(conv_floats_, 0.0f);
+      conv.push_back(own_state_.back().data());
     } else {
       mla_blocks.emplace_back();
     }
   }
+}
+
+sequence_state sequence_state::view(const model_config& c, int bs, bool fp32) {
+  sequence_state s(model_config{}, bs, fp32);
+  const std::int64_t H = c.kda_heads, hd = c.kda_head_dim, P = c.kda_proj(), K = c.conv_kernel;
+  s.kda_floats_ = static_cast<std::size_t>(H * hd * hd);
+  s.conv_floats_ = static_cast<std::size_t>(3 * P * (K - 1));
+  s.mla_row_width = c.kv_lora_rank + c.qk_rope;
+  s.owns_blocks = false;
+  for (int i = 0; i < c.num_layers; ++i) {
+    if (c.layer_is_kda[i]) {
+      s.kda.push_back(nullptr);
+      s.conv.push_back(nullptr);
+    } else {
+      s.mla_blocks.emplace_back();
+    }
+  }
+  return s;
 }
 
 std::int64_t sequence_state::capacity() const noexcept {
@@ -51,8 +73,7 @@ void sequence_state::reserve(std::int64_t tokens) {
 
 void sequence_state::reset() {
   pos = 0;
-  for (auto& s : kda) std::fill(s.begin(), s.end(), 0.0f);
-  for (auto& s : conv) std::fill(s.begin(), s.end(), 0.0f);
+  for (auto& s : own_state_) std::fill(s.begin(), s.end(), 0.0f);
 }
 
 std::int64_t sequence_state::fixed_bytes(const model_config& c) {
@@ -117,6 +138,8 @@ step_output model::step(std::span<const batch_entry> batch) {
     if (end > c.max_position)
       throw std::invalid_argument("sequence of " + std::to_string(end) + " tokens exceeds max_position_embeddings " +
                                   std::to_string(c.max_position));
+    for (const float* p : be.seq->kda)
+      if (!p) throw std::invalid_argument("batch entry " + std::to_string(e) + " has no KDA state slot");
     if (be.seq->fp32_cache != opt_.exact_fp32)
       throw std::invalid_argument("batch entry " + std::to_string(e) + ": sequence state cache precision differs from the model's");
     if (!be.seq->owns_blocks && be.seq->capacity() < end)

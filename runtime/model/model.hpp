@@ -10,8 +10,9 @@
 // Per-sequence state (sequence_state): for each KDA layer the fp32 recurrent state [H, dk, dv]
 // and the conv state [3, P, K−1] (pre-conv inputs, q/k/v streams); for each MLA layer a block
 // table of bf16 latent rows [c_kv | k_rot] (paged, block_size rows per block). A state either
-// owns its blocks (reserve() grows them, the default for offline use) or is handed blocks by
-// an external KV manager (owns_blocks = false: the manager fills mla_blocks before the step).
+// owns its storage (the default for offline use: reserve() grows the blocks) or is a view into
+// pools of a KV manager (sequence_state::view: the manager points kda/conv at its slot and
+// fills mla_blocks before each step).
 //
 // Invariances the tests pin (fp32, rel ≤ 1e-4): one prefill = chunked prefill = token by token
 // decode; a sequence's logits are the same alone or batched with others. They hold because
@@ -36,11 +37,18 @@ namespace k3::model {
 
 class sequence_state {
 public:
+  /// Owning state: zeroed KDA/conv storage, blocks allocated by reserve().
   sequence_state(const model_config& c, int block_size = 64, bool fp32_cache = false);
+  /// Non-owning view: kda/conv pointers null and tables empty until a KV manager fills them.
+  [[nodiscard]] static sequence_state view(const model_config& c, int block_size, bool fp32_cache);
+  sequence_state(const sequence_state&) = delete; // kda/conv may point into own storage
+  sequence_state& operator=(const sequence_state&) = delete;
+  sequence_state(sequence_state&&) noexcept = default;
+  sequence_state& operator=(sequence_state&&) noexcept = default;
 
   std::int64_t pos = 0;                          ///< tokens already processed
-  std::vector<std::vector<float>> kda;           ///< per KDA layer [H, dk, dv]
-  std::vector<std::vector<float>> conv;          ///< per KDA layer [3, P, K−1]
+  std::vector<float*> kda;                       ///< per KDA layer → [H, dk, dv]
+  std::vector<float*> conv;                      ///< per KDA layer → [3, P, K−1]
   std::vector<std::vector<bf16_t*>> mla_blocks;  ///< per MLA layer: block table
   int block_size = 64;
   int mla_row_width = 0;
@@ -50,8 +58,10 @@ public:
   /// Ensures the block tables cover `tokens` rows (allocating owned blocks). With external
   /// blocks, throws std::length_error if the manager did not provide enough.
   void reserve(std::int64_t tokens);
-  /// Back to an empty sequence (states zeroed; owned blocks kept for reuse).
+  /// Back to an empty sequence (owned states zeroed; owned blocks kept for reuse).
   void reset();
+  [[nodiscard]] std::size_t kda_state_floats() const noexcept { return kda_floats_; }
+  [[nodiscard]] std::size_t conv_state_floats() const noexcept { return conv_floats_; }
   [[nodiscard]] std::int64_t capacity() const noexcept;
   /// Bytes of fixed state (KDA recurrent + conv) and of one cached token (all MLA layers).
   [[nodiscard]] static std::int64_t fixed_bytes(const model_config& c);
@@ -59,6 +69,8 @@ public:
 
 private:
   std::vector<std::unique_ptr<bf16_t[]>> owned_;
+  std::vector<std::vector<float>> own_state_;
+  std::size_t kda_floats_ = 0, conv_floats_ = 0;
 };
 
 struct batch_entry {

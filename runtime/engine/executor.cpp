@@ -1,0 +1,41 @@
+#include "runtime/engine/executor.hpp"
+
+#include <exception>
+
+namespace k3::engine {
+
+step_result model_executor::run(const batch_plan& plan) {
+  step_result r;
+  r.step = plan.step;
+  try {
+    entries_.clear();
+    for (const auto& e : plan.entries) entries_.push_back({e.state, e.tokens, false});
+    const auto out = m_.step(entries_);
+    for (std::size_t i = 0; i < plan.entries.size(); ++i) {
+      if (!plan.entries[i].sample) continue;
+      const auto row = out.last(i);
+      row_.assign(row.begin(), row.end());
+      r.tokens.push_back(plan.entries[i].sampler->sample(row_).token);
+    }
+  } catch (const std::exception& ex) {
+    r.tokens.clear();
+    r.error = errc::internal;
+    r.message = ex.what();
+  }
+  return r;
+}
+
+step_result null_executor::run(const batch_plan& plan) {
+  step_result r;
+  r.step = plan.step;
+  for (const auto& e : plan.entries) {
+    if (!e.sample) continue;
+    e.state->pos += static_cast<std::int64_t>(e.tokens.size());
+    r.tokens.push_back(static_cast<std::int32_t>((e.id * 7919 + static_cast<std::uint64_t>(e.state->pos)) % static_cast<std::uint64_t>(vocab_)));
+  }
+  for (const auto& e : plan.entries)
+    if (!e.sample) e.state->pos += static_cast<std::int64_t>(e.tokens.size());
+  return r;
+}
+
+} // namespace k3::engine

@@ -1,0 +1,46 @@
+#pragma once
+// Step executors: run one batch_plan and return one token per sampled entry. The GPU-stream
+// actor owns one and calls it for every step, in order.
+//
+//   model_executor  the real forward pass (model::step) + per-request sampling of the last
+//                   logits row of each sampled entry (vLLM samples on the worker, too)
+//   null_executor   zero-cost steps (tokens from a fixed formula): measures the runtime's own
+//                   scheduling and messaging overhead, and drives policy tests
+//
+// Exceptions from the model become step_result::error = internal with the message, never an
+// escape across an actor boundary.
+
+#include <memory>
+
+#include "runtime/engine/scheduler.hpp"
+#include "runtime/model/model.hpp"
+
+namespace k3::engine {
+
+class step_executor {
+public:
+  virtual ~step_executor() = default;
+  [[nodiscard]] virtual step_result run(const batch_plan& plan) = 0;
+};
+
+class model_executor final : public step_executor {
+public:
+  explicit model_executor(model::model& m) : m_(m) {}
+  [[nodiscard]] step_result run(const batch_plan& plan) override;
+
+private:
+  model::model& m_;
+  std::vector<model::batch_entry> entries_;
+  std::vector<float> row_;
+};
+
+class null_executor final : public step_executor {
+public:
+  explicit null_executor(int vocab) : vocab_(vocab) {}
+  [[nodiscard]] step_result run(const batch_plan& plan) override;
+
+private:
+  int vocab_;
+};
+
+} // namespace k3::engine

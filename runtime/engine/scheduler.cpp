@@ -1,0 +1,224 @@
+#include "runtime/engine/scheduler.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace k3::engine {
+
+scheduler::scheduler(const scheduler_config& cfg, kv_manager& kv) : cfg_(cfg), kv_(kv) {
+  if (cfg.max_num_batched_tokens <= 0) throw std::invalid_argument("max_num_batched_tokens must be positive");
+  if (cfg.max_num_seqs <= 0) throw std::invalid_argument("max_num_seqs must be positive");
+}
+
+errc scheduler::submit(request_spec spec, std::string* why) {
+  auto reject = [&](errc e, std::string msg) {
+    if (why) *why = std::move(msg);
+    return e;
+  };
+  if (recs_.count(spec.id)) return reject(errc::invalid_request, "request id " + std::to_string(spec.id) + " is already in use");
+  if (spec.prompt.empty()) return reject(errc::invalid_request, "prompt: must contain at least one token");
+  if (spec.max_tokens < 1) return reject(errc::invalid_request, "max_tokens: must be at least 1");
+  if (auto err = sampling::validate(spec.sampling)) return reject(errc::invalid_request, *err);
+  if (cfg_.vocab > 0)
+    for (std::size_t i = 0; i < spec.prompt.size(); ++i)
+      if (spec.prompt[i] < 0 || spec.prompt[i] >= cfg_.vocab)
+        return reject(errc::invalid_request, "prompt: token id " + std::to_string(spec.prompt[i]) + " at position " +
+                                                 std::to_string(i) + " is outside the vocabulary");
+  const auto len = static_cast<std::int64_t>(spec.prompt.size()) + spec.max_tokens;
+  if (len > kv_.config().max_model_len)
+    return reject(errc::context_too_long, "prompt (" + std::to_string(spec.prompt.size()) + " tokens) + max_tokens (" +
+                                              std::to_string(spec.max_tokens) + ") exceeds max_model_len " +
+                                              std::to_string(kv_.config().max_model_len));
+  if (static_cast<int>(waiting_.size()) >= cfg_.max_waiting_requests)
+    return reject(errc::queue_full, "waiting queue holds " + std::to_string(waiting_.size()) + " requests (limit " +
+                                        std::to_string(cfg_.max_waiting_requests) + ")");
+  if (waiting_tokens_ + static_cast<std::int64_t>(spec.prompt.size()) > cfg_.max_waiting_tokens)
+    return reject(errc::queue_full, "waiting queue holds " + std::to_string(waiting_tokens_) + " prompt tokens (limit " +
+                                        std::to_string(cfg_.max_waiting_tokens) + ")");
+  record r;
+  r.tokens = spec.prompt;
+  r.arrival = arrivals_++;
+  r.sampler = std::make_unique<sampling::sampler>(spec.sampling, spec.seed);
+  r.sampler->observe_prompt(spec.prompt);
+  const auto id = spec.id;
+  waiting_tokens_ += static_cast<std::int64_t>(spec.prompt.size());
+  r.spec = std::move(spec);
+  recs_.emplace(id, std::move(r));
+  waiting_.push_back(id);
+  return errc::none;
+}
+
+bool scheduler::cancel(request_id id) {
+  auto it = recs_.find(id);
+  if (it == recs_.end() || it->second.cancelled) return false;
+  if (in_flight_ && it->second.running) {
+    it->second.cancelled = true;
+    cancel_in_flight_.push_back(id);
+    return true;
+  }
+  finish(id);
+  cancelled_events_.push_back({id, -1, true, "cancelled", errc::cancelled, "cancelled by the client"});
+  return true;
+}
+
+std::vector<token_event> scheduler::take_cancelled() { return std::exchange(cancelled_events_, {}); }
+
+void scheduler::finish(request_id id) {
+  auto it = recs_.find(id);
+  if (it == recs_.end()) return;
+  if (it->second.running) {
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  } else if (auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) {
+    waiting_.erase(w);
+    waiting_tokens_ -= static_cast<std::int64_t>(it->second.tokens.size());
+  }
+  kv_.release(id);
+  recs_.erase(it);
+}
+
+void scheduler::preempt(request_id id, batch_plan& plan) {
+  auto& r = recs_.at(id);
+  kv_.release(id);
+  r.computed = 0;
+  r.running = false;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  waiting_.push_front(id);
+  waiting_tokens_ += static_cast<std::int64_t>(r.tokens.size());
+  plan.preempted.push_back(id);
+  ++stats_.preemptions;
+}
+
+std::deque<request_id>::iterator scheduler::next_waiting() {
+  if (!cfg_.priority) return waiting_.begin();
+  return std::min_element(waiting_.begin(), waiting_.end(), [&](request_id a, request_id b) {
+    const auto& ra = recs_.at(a);
+    const auto& rb = recs_.at(b);
+    return std::pair(ra.spec.priority, ra.arrival) < std::pair(rb.spec.priority, rb.arrival);
+  });
+}
+
+batch_plan scheduler::schedule() {
+  if (in_flight_) throw std::logic_error("scheduler::schedule called with a step in flight");
+  batch_plan plan;
+  plan.step = ++step_;
+  std::int64_t budget = cfg_.max_num_batched_tokens;
+  std::vector<std::pair<request_id, std::int64_t>> picked; // (id, new tokens); states bound below
+
+  // 1. Running requests, in admission order.
+  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+    const request_id id = running_[i];
+    auto& r = recs_.at(id);
+    const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()) - r.computed, budget);
+    bool self_preempted = false;
+    while (!kv_.can_allocate(id, r.computed + n)) {
+      const request_id victim = running_.back();
+      picked.erase(std::remove_if(picked.begin(), picked.end(), [&](auto& p) { return p.first == victim; }), picked.end());
+      preempt(victim, plan);
+      if (victim == id) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break; // it was the last running request
+    kv_.allocate(id, r.computed + n);
+    picked.emplace_back(id, n);
+    budget -= n;
+    ++i;
+  }
+  // Budget returned by requests preempted after being picked.
+  budget = cfg_.max_num_batched_tokens;
+  for (const auto& p : picked) budget -= p.second;
+
+  // 2. Waiting requests, only when nothing had to be preempted.
+  if (plan.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
+      const auto w = next_waiting();
+      const request_id id = *w;
+      auto& r = recs_.at(id);
+      const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()) - r.computed, budget);
+      if (!kv_.can_allocate(id, r.computed + n)) break;
+      auto* st = kv_.allocate(id, r.computed + n);
+      st->pos = r.computed; // 0: a fresh slot (recompute after preemption starts over)
+      waiting_.erase(w);
+      waiting_tokens_ -= static_cast<std::int64_t>(r.tokens.size());
+      r.running = true;
+      running_.push_back(id);
+      picked.emplace_back(id, n);
+      budget -= n;
+    }
+  }
+
+  for (const auto& [id, n] : picked) {
+    auto& r = recs_.at(id);
+    scheduled_entry e;
+    e.id = id;
+    e.state = kv_.state(id);
+    e.tokens = {r.tokens.data() + r.computed, static_cast<std::size_t>(n)};
+    e.sample = r.computed + n == static_cast<std::int64_t>(r.tokens.size());
+    e.sampler = r.sampler.get();
+    plan.entries.push_back(e);
+    plan.num_tokens += n;
+  }
+  if (!plan.empty()) {
+    in_flight_ = true;
+    ++stats_.steps;
+    stats_.tokens_scheduled += plan.num_tokens;
+  }
+  return plan;
+}
+
+std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_result& res) {
+  std::vector<token_event> events;
+  in_flight_ = false;
+  if (res.error != errc::none) {
+    // The step failed: every request in it ends with the error (their state is unknown).
+    for (const auto& e : plan.entries) {
+      if (!recs_.count(e.id)) continue;
+      events.push_back({e.id, -1, true, "error", res.error, res.message});
+      finish(e.id);
+      ++stats_.requests_finished;
+    }
+    cancel_in_flight_.clear();
+    return events;
+  }
+  std::size_t k = 0;
+  for (const auto& e : plan.entries) {
+    auto it = recs_.find(e.id);
+    const std::int32_t tok = e.sample && k < res.tokens.size() ? res.tokens[k] : -1;
+    if (e.sample) ++k;
+    if (it == recs_.end()) continue;
+    auto& r = it->second;
+    r.computed += static_cast<std::int64_t>(e.tokens.size());
+    if (r.cancelled || !e.sample) continue;
+    r.tokens.push_back(tok);
+    ++r.num_output;
+    r.sampler->accept(tok);
+    token_event ev{e.id, tok, false, "", errc::none, ""};
+    const bool stop = !r.spec.ignore_eos &&
+                      std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), tok) != r.spec.stop_ids.end();
+    if (stop || r.num_output >= r.spec.max_tokens ||
+        static_cast<std::int64_t>(r.tokens.size()) >= kv_.config().max_model_len) {
+      ev.finished = true;
+      ev.finish_reason = stop ? "stop" : "length";
+    }
+    events.push_back(ev);
+    if (ev.finished) {
+      finish(e.id);
+      ++stats_.requests_finished;
+    }
+  }
+  for (auto id : std::exchange(cancel_in_flight_, {})) {
+    if (!recs_.count(id)) continue;
+    finish(id);
+    events.push_back({id, -1, true, "cancelled", errc::cancelled, "cancelled by the client"});
+  }
+  return events;
+}
+
+std::vector<std::int32_t> scheduler::output(request_id id) const {
+  auto it = recs_.find(id);
+  if (it == recs_.end()) return {};
+  return {it->second.tokens.begin() + static_cast<std::ptrdiff_t>(it->second.spec.prompt.size()), it->second.tokens.end()};
+}
+
+} // namespace k3::engine

@@ -1,0 +1,155 @@
+#pragma once
+// Continuous-batching scheduler policy (vLLM v1's one counter model), plain C++.
+//
+// Each request tracks `computed` (tokens whose KV/state exist) and `tokens` (prompt + output).
+// A step gives every scheduled request min(tokens − computed, budget left) new tokens, so
+// chunked prefill, decode and recompute after preemption are the same code:
+//
+//   1. running requests in admission order; when the KV manager cannot cover a request's new
+//      tokens, the most recently admitted running request is preempted (its slot and blocks
+//      released, computed reset to 0, put back at the head of the waiting queue) until it fits
+//      — possibly the request itself;
+//   2. if nothing was preempted: waiting requests, FCFS (or by (priority, arrival) when
+//      priority scheduling is on), while the budget, max_num_seqs and the KV pools allow.
+//
+// The per-step token budget (max_num_batched_tokens) is never exceeded. An entry whose chunk
+// reaches the end of its known tokens is sampled (`sample`); the executor samples with the
+// request's own sampler (pointer in the plan) and apply() folds the tokens back: stop ids,
+// max_tokens, max_model_len end a request, and its KV is released at once.
+//
+// Admission: submit() enforces the bounded waiting queue (requests and prompt tokens; overflow
+// is errc::queue_full, which the server maps to 429) and validates the request (empty prompt,
+// ids outside the vocabulary, prompt + max_tokens > max_model_len → context_too_long).
+// Exactly one plan may be in flight: schedule() → executor → apply(). cancel() during a step
+// takes effect in apply() (the step still reads the request's tokens and state).
+//
+// Single-threaded: owned by the scheduler actor (or a test loop).
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/sampling/sampler.hpp"
+#include "runtime/engine/errors.hpp"
+#include "runtime/engine/kv_manager.hpp"
+
+namespace k3::engine {
+
+using request_id = std::uint64_t;
+
+struct request_spec {
+  request_id id = 0;
+  std::vector<std::int32_t> prompt;
+  int max_tokens = 16;
+  std::vector<std::int32_t> stop_ids; ///< token ids that end generation (included in output)
+  bool ignore_eos = false;
+  int priority = 0; ///< lower runs sooner (priority scheduling only)
+  sampling::params sampling;
+  std::uint64_t seed = 0;
+};
+
+struct scheduler_config {
+  int max_num_batched_tokens = 2048; ///< tokens per step, all requests together
+  int max_num_seqs = 256;            ///< running requests (also capped by the KV slots)
+  int max_waiting_requests = 4096;
+  std::int64_t max_waiting_tokens = 1ll << 22; ///< prompt tokens queued
+  bool priority = false;
+  int vocab = 0; ///< ids must be < vocab (0: unchecked)
+};
+
+struct scheduled_entry {
+  request_id id = 0;
+  model::sequence_state* state = nullptr;
+  std::span<const std::int32_t> tokens;
+  bool sample = false;
+  sampling::sampler* sampler = nullptr;
+};
+
+struct batch_plan {
+  std::uint64_t step = 0;
+  std::vector<scheduled_entry> entries;
+  std::vector<request_id> preempted;
+  std::int64_t num_tokens = 0;
+  [[nodiscard]] bool empty() const noexcept { return entries.empty(); }
+};
+
+/// What the executor returns: one token per sampled entry, in plan order.
+struct step_result {
+  std::uint64_t step = 0;
+  std::vector<std::int32_t> tokens;
+  errc error = errc::none;
+  std::string message;
+};
+
+struct token_event {
+  request_id id = 0;
+  std::int32_t token = -1; ///< -1 when the event only ends the request
+  bool finished = false;
+  std::string finish_reason; ///< "stop", "length", "cancelled", "error"
+  errc error = errc::none;
+  std::string message;
+};
+
+struct scheduler_stats {
+  std::int64_t steps = 0, preemptions = 0, tokens_scheduled = 0, requests_finished = 0;
+};
+
+class scheduler {
+public:
+  scheduler(const scheduler_config& cfg, kv_manager& kv);
+
+  /// errc::none when queued; otherwise nothing is kept and `why` says which limit or field.
+  errc submit(request_spec spec, std::string* why = nullptr);
+  /// Cancels a waiting or running request; false if unknown. Its KV is released now, or at
+  /// apply() if it is part of the plan in flight. The cancellation event comes from apply()
+  /// or is returned by take_cancelled().
+  bool cancel(request_id id);
+  /// Events of requests cancelled while no step was in flight.
+  [[nodiscard]] std::vector<token_event> take_cancelled();
+
+  [[nodiscard]] batch_plan schedule();
+  std::vector<token_event> apply(const batch_plan& plan, const step_result& r);
+
+  [[nodiscard]] bool has_work() const noexcept { return !waiting_.empty() || !running_.empty(); }
+  [[nodiscard]] bool in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t num_waiting() const noexcept { return waiting_.size(); }
+  [[nodiscard]] std::size_t num_running() const noexcept { return running_.size(); }
+  [[nodiscard]] std::int64_t waiting_tokens() const noexcept { return waiting_tokens_; }
+  [[nodiscard]] const scheduler_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const scheduler_config& config() const noexcept { return cfg_; }
+  /// Generated tokens so far (tests).
+  [[nodiscard]] std::vector<std::int32_t> output(request_id id) const;
+
+private:
+  struct record {
+    request_spec spec;
+    std::vector<std::int32_t> tokens;
+    std::int64_t computed = 0;
+    int num_output = 0;
+    std::uint64_t arrival = 0;
+    bool running = false;
+    bool cancelled = false;
+    std::unique_ptr<sampling::sampler> sampler;
+  };
+  void preempt(request_id id, batch_plan& plan);
+  void finish(request_id id);
+  std::deque<request_id>::iterator next_waiting();
+
+  scheduler_config cfg_;
+  kv_manager& kv_;
+  std::unordered_map<request_id, record> recs_;
+  std::deque<request_id> waiting_;
+  std::vector<request_id> running_;
+  std::int64_t waiting_tokens_ = 0;
+  std::uint64_t arrivals_ = 0, step_ = 0;
+  bool in_flight_ = false;
+  std::vector<request_id> cancel_in_flight_;
+  std::vector<token_event> cancelled_events_;
+  scheduler_stats stats_;
+};
+
+} // namespace k3::engine
