@@ -7,6 +7,7 @@
 #include "kernels/ops/activations.hpp"
 #include "kernels/ops/norms.hpp"
 #include "kernels/router/router.hpp"
+#include "runtime/model/experts.hpp"
 #include "runtime/model/forward.hpp"
 
 namespace k3::model {
@@ -18,6 +19,44 @@ void glu(const model_config& c, const float* gate, const float* up, std::int64_t
 }
 
 } // namespace
+
+void run_experts(const model_config& c, const moe_weights& w, std::span<const std::int32_t> experts,
+                 std::span<const std::int64_t> offsets, const float* xs, float* ys) {
+  const std::int64_t X = c.expert_width(), I = c.moe_inter;
+  const std::int64_t R = offsets.empty() ? 0 : offsets.back();
+  thread_local std::vector<float> b1, b3;
+  if (static_cast<std::int64_t>(b1.size()) < R * I) {
+    b1.resize(static_cast<std::size_t>(R * I));
+    b3.resize(static_cast<std::size_t>(R * I));
+  }
+  float* e1 = b1.data();
+  float* e3 = b3.data();
+  std::vector<mxfp4::expert_segment> s1, s3, s2;
+  for (std::size_t i = 0; i < experts.size(); ++i) {
+    const std::int64_t b0 = offsets[i], b1r = offsets[i + 1];
+    if (b0 == b1r) continue;
+    if (experts[i] < 0 || experts[i] >= c.num_experts)
+      throw std::out_of_range("run_experts: expert " + std::to_string(experts[i]) + " does not exist");
+    const auto& ex = w.experts[static_cast<std::size_t>(experts[i])];
+    if (ex.w1.mxfp4 && ex.w3.mxfp4 && ex.w2.mxfp4) {
+      s1.push_back({ex.w1.q, b0, b1r});
+      s3.push_back({ex.w3.q, b0, b1r});
+      s2.push_back({ex.w2.q, b0, b1r});
+    } else { // bf16 experts (Kimi Linear without --quantization mxfp4)
+      const std::int64_t m = b1r - b0;
+      ex.w1.d.matmul(xs + b0 * X, X, m, e1 + b0 * I, I);
+      ex.w3.d.matmul(xs + b0 * X, X, m, e3 + b0 * I, I);
+      glu(c, e1 + b0 * I, e3 + b0 * I, m * I, e1 + b0 * I);
+      ex.w2.d.matmul(e1 + b0 * I, I, m, ys + b0 * X, X);
+    }
+  }
+  if (!s1.empty()) {
+    mxfp4::grouped_gemm(xs, X, s1, e1, I);
+    mxfp4::grouped_gemm(xs, X, s3, e3, I);
+    for (const auto& s : s1) glu(c, e1 + s.begin * I, e3 + s.begin * I, (s.end - s.begin) * I, e1 + s.begin * I);
+    mxfp4::grouped_gemm(e1, I, s2, ys, X);
+  }
+}
 
 void mlp_forward(const model_config& c, const mlp_weights& w, const float* x, std::int64_t n, float* out,
                  workspace& ws) {
@@ -31,8 +70,9 @@ void mlp_forward(const model_config& c, const mlp_weights& w, const float* x, st
 }
 
 void moe_forward(const model_config& c, const moe_weights& w, const float* x, std::int64_t n, float* out,
-                 workspace& ws, bool round_outputs, std::vector<std::int64_t>& expert_tokens) {
-  const std::int64_t Hd = c.hidden, E = c.num_experts, k = c.top_k, X = c.expert_width(), I = c.moe_inter;
+                 workspace& ws, bool round_outputs, std::vector<std::int64_t>& expert_tokens, int moe_layer,
+                 expert_dispatcher* dispatcher) {
+  const std::int64_t Hd = c.hidden, E = c.num_experts, k = c.top_k, X = c.expert_width();
 
   // Router in fp32 from the full-width input.
   float* logits = ws.get(workspace::logits, n * E);
@@ -55,32 +95,16 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   float* xs = ws.get(workspace::xs, R * X);
   parallel_for(R, [&](std::int64_t r) { std::memcpy(xs + r * X, src + plan.token[r] * X, sizeof(float) * X); });
 
-  float* e1 = ws.get(workspace::e1, R * I);
-  float* e3 = ws.get(workspace::e3, R * I);
   float* ys = ws.get(workspace::ys, R * X);
-  std::vector<mxfp4::expert_segment> s1, s3, s2;
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t b0 = plan.offsets[e], b1 = plan.offsets[e + 1];
-    if (b0 == b1) continue;
-    const auto& ex = w.experts[static_cast<std::size_t>(e)];
-    if (ex.w1.mxfp4 && ex.w3.mxfp4 && ex.w2.mxfp4) {
-      s1.push_back({ex.w1.q, b0, b1});
-      s3.push_back({ex.w3.q, b0, b1});
-      s2.push_back({ex.w2.q, b0, b1});
-    } else { // bf16 experts (Kimi Linear without --quantization mxfp4)
-      const std::int64_t m = b1 - b0;
-      ex.w1.d.matmul(xs + b0 * X, X, m, e1 + b0 * I, I);
-      ex.w3.d.matmul(xs + b0 * X, X, m, e3 + b0 * I, I);
-      glu(c, e1 + b0 * I, e3 + b0 * I, m * I, e1 + b0 * I);
-      ex.w2.d.matmul(e1 + b0 * I, I, m, ys + b0 * X, X);
+  std::vector<std::int32_t> used;
+  std::vector<std::int64_t> offs{0};
+  for (std::int64_t e = 0; e < E; ++e)
+    if (plan.offsets[e + 1] > plan.offsets[e]) {
+      used.push_back(static_cast<std::int32_t>(e));
+      offs.push_back(plan.offsets[e + 1]);
     }
-  }
-  if (!s1.empty()) {
-    mxfp4::grouped_gemm(xs, X, s1, e1, I);
-    mxfp4::grouped_gemm(xs, X, s3, e3, I);
-    for (const auto& s : s1) glu(c, e1 + s.begin * I, e3 + s.begin * I, (s.end - s.begin) * I, e1 + s.begin * I);
-    mxfp4::grouped_gemm(e1, I, s2, ys, X);
-  }
+  if (dispatcher) dispatcher->run(moe_layer, used, offs, xs, X, ys);
+  else run_experts(c, w, used, offs, xs, ys);
 
   // Combine in slot order (fixed per token, so batch composition cannot change the sum):
   // each expert output rounded to bf16, weighted sum in fp32 (NeMo's order, spec §6).

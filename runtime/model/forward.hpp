@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/model/config.hpp"
+#include "runtime/model/experts.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/weights.hpp"
 
@@ -24,7 +25,7 @@ class workspace {
 public:
   enum slot : int {
     q, k, v, f, graw, g, beta, o, og, qa, qn, qr, ckv, gate, att, // mixers
-    ffn_gate, ffn_up, ffn_act, logits, lat, xs, e1, e3, ea, ys, comb, shared, // FFN
+    ffn_gate, ffn_up, ffn_act, logits, lat, xs, ys, comb, shared, // FFN
     num_slots
   };
   float* get(slot s, std::int64_t n) {
@@ -54,6 +55,7 @@ void mlp_forward(const model_config& c, const mlp_weights& w, const float* x, st
 /// out[n, hidden] = MoE (routed + shared) of x; adds routed counts into expert_tokens[E].
 /// round_outputs: round each expert output to bf16 before the combine (production order).
 void moe_forward(const model_config& c, const moe_weights& w, const float* x, std::int64_t n, float* out,
-                 workspace& ws, bool round_outputs, std::vector<std::int64_t>& expert_tokens);
+                 workspace& ws, bool round_outputs, std::vector<std::int64_t>& expert_tokens, int moe_layer,
+                 expert_dispatcher* dispatcher);
 
 } // namespace k3::model

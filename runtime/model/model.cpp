@@ -108,6 +108,13 @@ std::unique_ptr<model> model::load(const std::string& dir, const load_options& o
   return std::unique_ptr<model>(new model(std::move(ck), std::move(cfg), std::move(w), opt));
 }
 
+const moe_weights& model::moe_layer(int i) const {
+  int k = 0;
+  for (const auto& L : w_.layers)
+    if (L.moe && k++ == i) return L.moe_w;
+  throw std::out_of_range("model: no MoE layer " + std::to_string(i));
+}
+
 namespace {
 
 void add(const float* a, const float* b, std::int64_t n, float* out) {
@@ -194,8 +201,13 @@ step_output model::step(std::span<const batch_entry> batch) {
       m = &mix;
     }
     ops::rms_norm(m->data(), L.post_norm.data(), c.rms_eps, n, Hd, xn.data());
-    if (L.moe) moe_forward(c, L.moe_w, xn.data(), n, ffn.data(), ws, !opt_.exact_fp32, expert_tokens_[static_cast<std::size_t>(moe_slot++)]);
-    else mlp_forward(c, L.mlp, xn.data(), n, ffn.data(), ws);
+    if (L.moe) {
+      moe_forward(c, L.moe_w, xn.data(), n, ffn.data(), ws, !opt_.exact_fp32,
+                  expert_tokens_[static_cast<std::size_t>(moe_slot)], moe_slot, dispatcher_);
+      ++moe_slot;
+    } else {
+      mlp_forward(c, L.mlp, xn.data(), n, ffn.data(), ws);
+    }
     add(x.data(), ffn.data(), n * Hd, x.data());
   }
 

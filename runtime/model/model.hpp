@@ -30,6 +30,7 @@
 
 #include "kernels/common/bf16.hpp"
 #include "runtime/model/config.hpp"
+#include "runtime/model/experts.hpp"
 #include "runtime/model/safetensors.hpp"
 #include "runtime/model/weights.hpp"
 
@@ -113,6 +114,12 @@ public:
   /// sequence past max_position_embeddings; the states are untouched in that case.
   step_output step(std::span<const batch_entry> batch);
 
+  /// Routes the routed-expert part of every MoE layer through `d` (expert-shard actors);
+  /// nullptr restores local computation. Not owned; must outlive its use.
+  void set_expert_dispatcher(expert_dispatcher* d) noexcept { dispatcher_ = d; }
+  /// The MoE weights of MoE layer ordinal i (for shard hosts).
+  [[nodiscard]] const moe_weights& moe_layer(int i) const;
+
   /// Tokens routed to each expert so far: [moe layer][expert] (for load figures).
   [[nodiscard]] const std::vector<std::vector<std::int64_t>>& expert_tokens() const noexcept { return expert_tokens_; }
 
@@ -125,6 +132,7 @@ private:
   load_options opt_;
   std::unique_ptr<workspace> ws_;
   std::vector<std::vector<std::int64_t>> expert_tokens_;
+  expert_dispatcher* dispatcher_ = nullptr;
 };
 
 } // namespace k3::model
