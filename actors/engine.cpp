@@ -1,0 +1,194 @@
+// The embedding API: wires model, executors, shards, scheduler and request actors.
+#include "k3/engine.hpp"
+
+#include <atomic>
+#include <stdexcept>
+
+#include <caf/io/all.hpp>
+
+#include "actors/scheduler_actor.hpp"
+#include "actors/shard_actor.hpp"
+#include "actors/stream_actor.hpp"
+#include "runtime/chat/k2_format.hpp"
+#include "runtime/chat/k3_xtml.hpp"
+#include "runtime/engine/executor.hpp"
+#include "runtime/model/model.hpp"
+
+namespace k3 {
+
+namespace actors {
+void add_message_types(caf::actor_system_config& cfg) { cfg.add_message_types<caf::id_block::k3serve>(); }
+} // namespace actors
+
+struct llm_engine::impl {
+  explicit impl(caf::actor_system& s) : sys(s) {}
+  caf::actor_system& sys;
+  std::shared_ptr<model::model> m;
+  std::shared_ptr<const tok::kimi_tokenizer> tok;
+  std::shared_ptr<engine::step_executor> exec;
+  std::shared_ptr<actors::shard_dispatcher> dispatcher;
+  std::vector<actors::shard_actor> local_shards;
+  actors::scheduler_actor sched;
+  std::string note;
+  std::atomic<engine::request_id> next_id{1};
+};
+
+void llm_engine::add_types(caf::actor_system_config& cfg) {
+  actors::add_message_types(cfg);
+  cfg.load<caf::io::middleman>(); // remote expert shards
+}
+
+namespace {
+
+std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw std::invalid_argument("remote shard '" + s + "' must be host:port");
+  const long port = std::strtol(s.c_str() + colon + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) throw std::invalid_argument("remote shard '" + s + "' has a bad port");
+  return {s.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+} // namespace
+
+std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engine_options& o) {
+  auto p = std::make_unique<impl>(sys);
+  model::load_options lo;
+  lo.quantize_experts = o.quantize_experts;
+  lo.exact_fp32 = o.exact_fp32;
+  lo.progress = -1;
+  p->m = std::shared_ptr<model::model>(model::model::load(o.model_dir, lo).release());
+  p->tok = std::make_shared<const tok::kimi_tokenizer>(tok::kimi_tokenizer::load(o.model_dir));
+  const auto& c = p->m->config();
+  if (p->tok->vocab_size() > c.vocab)
+    throw std::runtime_error(o.model_dir + ": the tokenizer has more ids than config.json vocab_size");
+
+  // Expert shards: in-process (share the loaded model) and/or remote `k3 shard` processes.
+  std::vector<actors::shard_ref> refs;
+  if (!o.remote_shards.empty()) {
+    for (const auto& hp : o.remote_shards) {
+      const auto [host, port] = parse_host_port(hp);
+      auto h = sys.middleman().remote_actor<actors::shard_actor>(host, port);
+      if (!h) throw std::runtime_error("cannot reach expert shard " + hp + ": " + sys.render(h.error()));
+      caf::scoped_actor self{sys};
+      actors::shard_stats st;
+      std::string err;
+      self->request(*h, std::chrono::seconds(30), actors::stats_atom::value)
+          .receive([&](actors::shard_stats& s) { st = s; }, [&](caf::error& e) { err = sys.render(e); });
+      if (!err.empty()) throw std::runtime_error("expert shard " + hp + " did not answer: " + err);
+      refs.push_back({*h, st.first_expert, st.last_expert, false});
+    }
+  } else if (o.expert_parallel_size > 0 && c.num_experts > 0) {
+    if (o.expert_parallel_size > c.num_experts)
+      throw std::invalid_argument("--expert-parallel-size " + std::to_string(o.expert_parallel_size) +
+                                  " exceeds the " + std::to_string(c.num_experts) + " experts");
+    for (auto [a, b] : actors::partition_experts(c.num_experts, o.expert_parallel_size)) {
+      p->local_shards.push_back(actors::spawn_shard(sys, p->m, a, b, true));
+      refs.push_back({p->local_shards.back(), a, b, true});
+    }
+  }
+  if (!refs.empty()) {
+    p->dispatcher = std::make_shared<actors::shard_dispatcher>(sys, std::move(refs), c.num_experts, o.num_redundant_experts);
+    p->m->set_expert_dispatcher(p->dispatcher.get());
+  }
+
+  if (o.executor) p->exec = o.executor;
+  else if (o.null_executor) p->exec = std::make_shared<engine::null_executor>(c.vocab);
+  else p->exec = std::make_shared<engine::model_executor>(*p->m);
+
+  actors::scheduler_actor_config sc;
+  sc.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  sc.scheduler.max_num_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : 1 << 20;
+  sc.scheduler.max_waiting_requests = o.max_waiting_requests;
+  sc.scheduler.max_waiting_tokens = o.max_waiting_tokens;
+  sc.scheduler.priority = o.priority_scheduling;
+  sc.scheduler.vocab = c.vocab;
+  sc.kv.memory_bytes = o.kv_memory_bytes;
+  sc.kv.block_size = o.block_size;
+  sc.kv.max_model_len = std::min<std::int64_t>(o.max_model_len, c.max_position);
+  sc.kv.max_num_seqs = o.max_num_seqs;
+  sc.kv.fp32_cache = o.exact_fp32;
+  auto exec = p->exec;
+  sc.make_stream = [&sys, exec] { return actors::spawn_stream(sys, exec); };
+  if (p->dispatcher) {
+    auto d = p->dispatcher;
+    sc.add_stats = [d](actors::engine_stats& s) { d->add_stats(s); };
+  }
+  p->sched = actors::spawn_scheduler(sys, c, std::move(sc), &p->note);
+  return std::unique_ptr<llm_engine>(new llm_engine(std::move(p)));
+}
+
+llm_engine::llm_engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+llm_engine::~llm_engine() {
+  if (!impl_) return;
+  // Stop the scheduler (it stops its stream actor's requests); shards go with it.
+  caf::anon_send_exit(impl_->sched, caf::exit_reason::user_shutdown);
+  for (auto& s : impl_->local_shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  // Wait for the scheduler so no step runs on the model after we release it.
+  caf::scoped_actor self{impl_->sys};
+  self->wait_for(impl_->sched);
+  impl_->m->set_expert_dispatcher(nullptr);
+}
+
+submit_result llm_engine::submit(std::vector<std::int32_t> prompt, const generation_params& gp, stream_sink sink) {
+  auto& p = *impl_;
+  submit_result out;
+  out.id = p.next_id++;
+  out.prompt_tokens = static_cast<std::int64_t>(prompt.size());
+  engine::request_spec spec;
+  spec.id = out.id;
+  spec.prompt = std::move(prompt);
+  spec.max_tokens = gp.max_tokens;
+  spec.stop_ids = p.tok->stop_ids;
+  spec.ignore_eos = gp.ignore_eos;
+  spec.priority = gp.priority;
+  spec.sampling = gp.sampling;
+  spec.seed = gp.seed;
+  actors::request_options ro;
+  ro.id = out.id;
+  ro.stop_strings = gp.stop;
+  ro.tokenizer = p.tok;
+  ro.sink = std::move(sink);
+  auto client = actors::spawn_request(p.sys, std::move(ro), p.sched);
+  caf::scoped_actor self{p.sys};
+  self->request(p.sched, caf::infinite, actors::submit_atom::value, std::move(spec), client)
+      .receive(
+          [&](engine::errc e, std::string& why) {
+            out.error = e;
+            out.message = std::move(why);
+          },
+          [&](caf::error& err) {
+            out.error = engine::errc::shutting_down;
+            out.message = p.sys.render(err);
+          });
+  if (!out.ok()) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+submit_result llm_engine::submit_chat(const std::string& user_text, const generation_params& gp, stream_sink sink) {
+  chat::conversation conv;
+  chat::message msg;
+  msg.role = "user";
+  msg.content = user_text;
+  conv.messages.push_back(std::move(msg));
+  const auto segs = impl_->m->config().fam == model::family::kimi_k3 ? chat::render_k3(conv) : chat::render_k2(conv);
+  return submit(impl_->tok->encode(segs), gp, std::move(sink));
+}
+
+void llm_engine::cancel(engine::request_id id) { caf::anon_send(impl_->sched, actors::cancel_atom::value, id); }
+
+actors::engine_stats llm_engine::stats() {
+  actors::engine_stats s;
+  caf::scoped_actor self{impl_->sys};
+  self->request(impl_->sched, caf::infinite, actors::stats_atom::value)
+      .receive([&](actors::engine_stats& x) { s = std::move(x); }, [](caf::error&) {});
+  return s;
+}
+
+const model::model_config& llm_engine::config() const noexcept { return impl_->m->config(); }
+const tok::kimi_tokenizer& llm_engine::tokenizer() const noexcept { return *impl_->tok; }
+const std::string& llm_engine::sizing_note() const noexcept { return impl_->note; }
+actors::scheduler_actor llm_engine::scheduler() const noexcept { return impl_->sched; }
+
+} // namespace k3

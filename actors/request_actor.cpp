@@ -1,0 +1,88 @@
+#include "actors/request_actor.hpp"
+
+#include "runtime/tokenizer/detokenizer.hpp"
+
+namespace k3::actors {
+namespace {
+
+struct request_state {
+  request_options opt;
+  scheduler_actor sched;
+  std::unique_ptr<tok::incremental_decoder> dec;
+  std::string text;         ///< everything emitted so far (for stop-string matching)
+  std::size_t held = 0;     ///< bytes at the end of `text` held back as a possible stop prefix
+  bool done = false;
+  static inline const char* name = "k3.request";
+};
+
+/// Longest suffix of s that is a proper prefix of some stop string.
+std::size_t stop_prefix_len(const std::string& s, const std::vector<std::string>& stops) {
+  std::size_t best = 0;
+  for (const auto& st : stops) {
+    if (st.empty()) continue;
+    for (std::size_t n = std::min(st.size() - 1, s.size()); n > best; --n)
+      if (s.compare(s.size() - n, n, st, 0, n) == 0) {
+        best = n;
+        break;
+      }
+  }
+  return best;
+}
+
+request_actor::behavior_type request_fun(request_actor::stateful_pointer<request_state> self, request_options opt,
+                                         scheduler_actor sched) {
+  self->state.opt = std::move(opt);
+  self->state.sched = sched;
+  if (self->state.opt.tokenizer)
+    self->state.dec = std::make_unique<tok::incremental_decoder>(self->state.opt.tokenizer->bpe());
+  return {
+      [self](token_atom, const engine::token_event& ev) {
+        auto& st = self->state;
+        if (st.done) return;
+        stream_event out;
+        out.id = ev.id;
+        out.token = ev.token;
+        out.finished = ev.finished;
+        out.finish_reason = ev.finish_reason;
+        out.error = ev.error;
+        out.message = ev.message;
+        if (st.dec) {
+          std::string piece = ev.token >= 0 ? st.dec->push(ev.token) : std::string();
+          if (ev.finished) piece += st.dec->flush();
+          // Text stop sequences: emit only what cannot be the start of a stop string.
+          std::string pending = st.text.substr(st.text.size() - st.held) + piece;
+          st.text.resize(st.text.size() - st.held);
+          bool stopped = false;
+          for (const auto& s : st.opt.stop_strings) {
+            const auto at = pending.find(s);
+            if (!s.empty() && at != std::string::npos) {
+              pending.resize(at);
+              stopped = true;
+            }
+          }
+          st.held = stopped || ev.finished ? 0 : stop_prefix_len(pending, st.opt.stop_strings);
+          out.text = pending.substr(0, pending.size() - st.held);
+          st.text += pending;
+          if (stopped && !ev.finished) {
+            out.finished = true;
+            out.finish_reason = "stop";
+            self->send(st.sched, cancel_atom::value, st.opt.id); // frees its KV now
+          }
+        }
+        if (st.opt.sink) st.opt.sink(out);
+        if (out.finished) {
+          st.done = true;
+          self->quit();
+        }
+      },
+      [self](cancel_atom) { self->send(self->state.sched, cancel_atom::value, self->state.opt.id); },
+  };
+}
+
+} // namespace
+
+request_actor spawn_request(caf::actor_system& sys, request_options opt, scheduler_actor sched) {
+  return sys.spawn(request_fun, std::move(opt), std::move(sched));
+}
+
+} // namespace k3::actors

@@ -1,0 +1,40 @@
+#pragma once
+// Request actor: one per request. Receives the scheduler's token events, turns them into text
+// with an incremental detokenizer (UTF-8 safe across tokens), applies text stop sequences,
+// and streams events to the client's sink. Cancellation from the client (cancel message, or
+// the actor being killed) reaches the scheduler, which frees the request's slot and blocks.
+// The sink runs on this actor's worker thread, one call at a time, in token order; the last
+// event has finished = true, after which the actor quits.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/protocol.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
+
+namespace k3::actors {
+
+struct stream_event {
+  engine::request_id id = 0;
+  std::int32_t token = -1;      ///< -1 on an event that only ends the stream
+  std::string text;             ///< new complete UTF-8 text (may be empty)
+  bool finished = false;
+  std::string finish_reason;    ///< "stop", "length", "cancelled", "error"
+  engine::errc error = engine::errc::none;
+  std::string message;
+};
+
+using stream_sink = std::function<void(const stream_event&)>;
+
+struct request_options {
+  engine::request_id id = 0;
+  std::vector<std::string> stop_strings; ///< text stops: output ends before the match
+  std::shared_ptr<const tok::kimi_tokenizer> tokenizer; ///< nullptr: no text, ids only
+  stream_sink sink;
+};
+
+[[nodiscard]] request_actor spawn_request(caf::actor_system& sys, request_options opt, scheduler_actor sched);
+
+} // namespace k3::actors

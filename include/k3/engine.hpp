@@ -1,0 +1,107 @@
+#pragma once
+// k3serve embedding API: run the Kimi K3 / Kimi Linear engine inside your own CAF program.
+//
+//   caf::actor_system_config cfg;
+//   k3::llm_engine::add_types(cfg);                       // before the system exists
+//   caf::actor_system sys{cfg};
+//   auto eng = k3::llm_engine::start(sys, {.model_dir = "/models/k3"});
+//   auto r = eng->submit_chat("Hello!", {.max_tokens = 64}, [](const k3::stream_event& ev) {
+//     std::cout << ev.text;                            // called on an actor thread, in order
+//   });
+//   ...                                                // eng->cancel(r.id) to stop early
+//
+// start() loads the model, sizes the KV pools from kv_memory_bytes (saying how many sequences
+// fit at max_model_len), and spawns the scheduler, stream and expert-shard actors. submit()
+// returns at once with the request id or a typed error (queue_full, context_too_long,
+// invalid_request); tokens arrive at the sink until an event with finished = true. The engine
+// object is thread-safe; destroying it stops its actors (in-flight requests end with
+// shutting_down).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/protocol.hpp"
+#include "actors/request_actor.hpp"
+#include "kernels/sampling/sampler.hpp"
+#include "runtime/engine/errors.hpp"
+#include "runtime/engine/executor.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
+
+namespace k3 {
+
+using actors::stream_event;
+using actors::stream_sink;
+using engine_errc = engine::errc;
+
+struct engine_options {
+  std::string model_dir;
+  std::int64_t kv_memory_bytes = 512ll << 20; ///< both KV pools together
+  std::int64_t max_model_len = 4096;
+  int max_num_seqs = 0;                        ///< 0: as many as the KV budget allows
+  int max_num_batched_tokens = 2048;
+  int max_waiting_requests = 4096;
+  std::int64_t max_waiting_tokens = 1ll << 22;
+  bool priority_scheduling = false;
+  int block_size = 64;
+  int expert_parallel_size = 0;                ///< in-process expert shards (0: experts run in the step)
+  int num_redundant_experts = 0;               ///< hot-expert replicas across shards
+  std::vector<std::string> remote_shards;      ///< "host:port" of `k3 shard` processes
+  bool quantize_experts = false;               ///< bf16 experts → MXFP4 at load
+  bool exact_fp32 = false;                     ///< reference numerics (tests)
+  bool null_executor = false;                  ///< zero-cost steps (runtime-overhead benchmark)
+  /// Replaces the step executor (mock devices for the simulator, fault injection in tests).
+  std::shared_ptr<engine::step_executor> executor;
+};
+
+struct generation_params {
+  int max_tokens = 16;
+  sampling::params sampling;
+  std::uint64_t seed = 0;
+  bool ignore_eos = false;
+  int priority = 0;
+  std::vector<std::string> stop; ///< text stop sequences
+};
+
+struct submit_result {
+  engine::errc error = engine::errc::none;
+  std::string message;
+  engine::request_id id = 0;
+  std::int64_t prompt_tokens = 0;
+  [[nodiscard]] bool ok() const noexcept { return error == engine::errc::none; }
+};
+
+class llm_engine {
+public:
+  /// Registers k3serve's message types and loads CAF's io middleman (remote shards) on a
+  /// config; required before creating the system.
+  static void add_types(caf::actor_system_config& cfg);
+  /// Throws std::runtime_error / config_error / checkpoint_error naming what is wrong.
+  static std::unique_ptr<llm_engine> start(caf::actor_system& sys, const engine_options& opt);
+  ~llm_engine();
+  llm_engine(const llm_engine&) = delete;
+  llm_engine& operator=(const llm_engine&) = delete;
+
+  submit_result submit(std::vector<std::int32_t> prompt, const generation_params& p, stream_sink sink);
+  /// Renders one user turn with the model's chat format (K3 XTML, thinking on; K2 envelope).
+  submit_result submit_chat(const std::string& user_text, const generation_params& p, stream_sink sink);
+  void cancel(engine::request_id id);
+  [[nodiscard]] actors::engine_stats stats();
+
+  [[nodiscard]] const model::model_config& config() const noexcept;
+  [[nodiscard]] const tok::kimi_tokenizer& tokenizer() const noexcept;
+  [[nodiscard]] const std::string& sizing_note() const noexcept;
+  [[nodiscard]] actors::scheduler_actor scheduler() const noexcept;
+
+  struct impl;
+
+private:
+  explicit llm_engine(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace k3
