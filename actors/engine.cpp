@@ -33,9 +33,12 @@ struct llm_engine::impl {
   std::atomic<engine::request_id> next_id{1};
 };
 
-void llm_engine::add_types(caf::actor_system_config& cfg) {
+void llm_engine::add_types(caf::actor_system_config& cfg, bool sharing_scheduler) {
   actors::add_message_types(cfg);
   cfg.load<caf::io::middleman>(); // remote expert shards
+  // CAF 0.17's work-stealing workers poll with growing sleeps; the sharing policy wakes an idle
+  // worker at once, which roughly halves a step's scheduler→stream→scheduler round trip.
+  if (sharing_scheduler) cfg.set("scheduler.policy", caf::atom("sharing"));
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "actors/scheduler_actor.hpp"
 
+#include <chrono>
 #include <unordered_map>
 
 namespace k3::actors {
@@ -14,13 +15,19 @@ struct scheduler_state {
   std::unordered_map<caf::actor_addr, engine::request_id> by_addr;
   bool in_flight = false;
   std::int64_t restarts = 0;
+  std::int64_t policy_ns = 0, deliver_ns = 0;
   static inline const char* name = "k3.scheduler";
 };
 
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void deliver(self_ptr self, const std::vector<engine::token_event>& events) {
   auto& st = self->state;
+  const auto t0 = now_ns();
   for (const auto& ev : events) {
     auto it = st.clients.find(ev.id);
     if (it == st.clients.end()) continue;
@@ -31,20 +38,27 @@ void deliver(self_ptr self, const std::vector<engine::token_event>& events) {
       st.clients.erase(it);
     }
   }
+  st.deliver_ns += now_ns() - t0;
 }
 
 void kick(self_ptr self) {
   auto& st = self->state;
   deliver(self, st.sched->take_cancelled());
   if (st.in_flight || !st.sched->has_work()) return;
+  const auto t0 = now_ns();
   auto plan = std::make_shared<engine::batch_plan>(st.sched->schedule());
+  st.policy_ns += now_ns() - t0;
   if (plan->empty()) return; // nothing schedulable now (cannot happen with a sane KV sizing)
   st.in_flight = true;
   self->request(st.stream, caf::infinite, step_atom::value, plan)
       .then(
           [self, plan](engine::step_result& r) {
-            self->state.in_flight = false;
-            deliver(self, self->state.sched->apply(*plan, r));
+            auto& s = self->state;
+            s.in_flight = false;
+            const auto t1 = now_ns();
+            auto events = s.sched->apply(*plan, r);
+            s.policy_ns += now_ns() - t1;
+            deliver(self, events);
             kick(self);
           },
           [self, plan](caf::error& err) {
@@ -115,6 +129,8 @@ scheduler_actor::behavior_type scheduler_fun(self_ptr self, std::shared_ptr<engi
         out.tokens_scheduled = x.tokens_scheduled;
         out.requests_finished = x.requests_finished;
         out.stream_restarts = s.restarts;
+        out.policy_ns = s.policy_ns;
+        out.deliver_ns = s.deliver_ns;
         if (s.cfg.add_stats) s.cfg.add_stats(out);
         return out;
       },

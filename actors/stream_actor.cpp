@@ -18,7 +18,8 @@ stream_actor::behavior_type stream_fun(stream_actor::stateful_pointer<stream_sta
 
 } // namespace
 
-stream_actor spawn_stream(caf::actor_system& sys, std::shared_ptr<engine::step_executor> ex) {
+stream_actor spawn_stream(caf::actor_system& sys, std::shared_ptr<engine::step_executor> ex, bool detached) {
+  if (!detached) return sys.spawn(stream_fun, std::move(ex));
   return sys.spawn<caf::detached>(stream_fun, std::move(ex));
 }
 

@@ -12,7 +12,9 @@
 
 namespace k3::actors {
 
-/// Spawns a detached stream actor running `ex` (shared: a restarted actor reuses it).
-[[nodiscard]] stream_actor spawn_stream(caf::actor_system& sys, std::shared_ptr<engine::step_executor> ex);
+/// Spawns a stream actor running `ex` (shared: a restarted actor reuses it). Detached (own
+/// thread) unless `detached` is false — only for deterministic tests with zero-cost executors.
+[[nodiscard]] stream_actor spawn_stream(caf::actor_system& sys, std::shared_ptr<engine::step_executor> ex,
+                                        bool detached = true);
 
 } // namespace k3::actors

@@ -3,7 +3,7 @@
 //   run         offline generation
 //   make-model  random-weight checkpoint in the Hugging Face layout
 //   sim         cluster simulator           (issue 7)
-//   shard       remote expert-shard host    (issue 5)
+//   shard       remote expert-shard host (CAF io middleman)
 //   bench       benchmarks: `k3 bench kernels [--only mxfp4|dense|kda] [--quick] ...`
 //   tokenize    text <-> token ids with a model's or a tiktoken file's tokenizer
 //   version     library versions and the CPU path in use
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/kernel_bench.hpp"
+#include "bench/engine_bench.hpp"
 #include "bench/model_bench.hpp"
 #include "kernels/common/cpu_features.hpp"
 
@@ -25,6 +26,7 @@ int tokenize_main(const std::vector<std::string_view>& args);
 int bench_tokenizer_main(const std::vector<std::string_view>& args);
 int run_main(const std::vector<std::string_view>& args);
 int make_model_main(const std::vector<std::string_view>& args);
+int shard_main(const std::vector<std::string_view>& args);
 } // namespace k3::app
 
 namespace {
@@ -35,6 +37,7 @@ void usage(FILE* out) {
              "  bench kernels [--only mxfp4|dense|kda] [--quick] [--gib N] [--kda-tokens T]\n"
              "                [--kda-heads H] [--seconds S] [--isa scalar|avx2|avx512]\n"
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
+             "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
              "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
              "  serve         (server not built yet; runs offline generation on the demo model, see README)\n"
@@ -44,7 +47,8 @@ void usage(FILE* out) {
              "  run           --model DIR (--prompt TEXT | --chat TEXT) [--max-tokens N --temperature T\n"
              "                --top-p P --top-k K --seed S --quantization mxfp4 --ignore-eos]\n"
              "                | --model DIR --tokens 1,2,3 --dump-logits FILE\n"
-             "  sim | shard   (not built yet)\n",
+             "  shard         --model DIR --experts A-B [--listen PORT] [--host ADDR]\n"
+             "  sim           (not built yet)\n",
              out);
 }
 
@@ -61,6 +65,23 @@ int bench_main(const std::vector<std::string_view>& args) {
       return k3::app::bench_tokenizer_main({args.begin() + 1, args.end()});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "k3 bench tokenizer: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (!args.empty() && args[0] == "engine") {
+    k3::bench::engine_bench_options eo;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--quick") eo.quick = true;
+      else if (args[i] == "--work-dir" && i + 1 < args.size()) eo.work_dir = std::string(args[++i]);
+      else {
+        std::fprintf(stderr, "k3 bench engine: unknown option (--quick, --work-dir DIR)\n");
+        return 2;
+      }
+    }
+    try {
+      return k3::bench::run_engine_benchmark(eo);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 bench engine: %s\n", e.what());
       return 2;
     }
   }
@@ -194,7 +215,14 @@ int main(int argc, char** argv) {
     }
   }
   if (cmd == "sim") return not_built(cmd, "issue 7");
-  if (cmd == "shard") return not_built(cmd, "issue 5");
+  if (cmd == "shard") {
+    try {
+      return k3::app::shard_main(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 shard: %s\n", e.what());
+      return 2;
+    }
+  }
   if (cmd == "tokenize") {
     try {
       return k3::app::tokenize_main(args);

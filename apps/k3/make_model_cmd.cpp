@@ -67,6 +67,7 @@ int make_model_main(const std::vector<std::string_view>& argv) {
     else if (f == "--v-head-dim") o.v_head_dim = static_cast<int>(a.integer(f, 1, 4096));
     else if (f == "--attn-res-block") o.attn_res_block = static_cast<int>(a.integer(f, 1, 1000));
     else if (f == "--conv-2d") o.conv_2d = true;
+    else if (f == "--hot-experts") o.hot_experts = static_cast<int>(a.integer(f, 0, 1 << 16));
     else if (f == "--seed") o.seed = static_cast<std::uint64_t>(a.integer(f, 0, INT64_MAX));
     else if (f == "--shard-mb") o.max_shard_bytes = a.integer(f, 1, 1 << 20) << 20;
     else if (f == "--quiet") quiet = true;

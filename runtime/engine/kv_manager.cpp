@@ -73,17 +73,19 @@ void kv_manager::point(seq& s) {
     s.view.kda[static_cast<std::size_t>(l)] = base + static_cast<std::size_t>(l) * (kda_floats_ + conv_floats_);
     s.view.conv[static_cast<std::size_t>(l)] = s.view.kda[static_cast<std::size_t>(l)] + kda_floats_;
   }
-  for (int l = 0; l < num_mla_; ++l) {
+  for (int l = 0; l < num_mla_; ++l) { // append the new blocks only
     auto& table = s.view.mla_blocks[static_cast<std::size_t>(l)];
-    table.resize(s.blocks.size());
-    for (std::size_t i = 0; i < s.blocks.size(); ++i)
-      table[i] = blocks_.data() + (static_cast<std::size_t>(s.blocks[i]) * num_mla_ + l) * block_elems_;
+    for (std::size_t i = table.size(); i < s.blocks.size(); ++i)
+      table.push_back(blocks_.data() + (static_cast<std::size_t>(s.blocks[i]) * num_mla_ + l) * block_elems_);
   }
 }
 
 model::sequence_state* kv_manager::allocate(seq_id id, std::int64_t tokens) {
-  if (!can_allocate(id, tokens)) return nullptr;
   auto it = seqs_.find(id);
+  if (it != seqs_.end() && tokens <= k_.max_model_len &&
+      (num_mla_ == 0 || static_cast<std::int64_t>(it->second.blocks.size()) * k_.block_size >= tokens))
+    return &it->second.view; // fast path: a decode step inside the blocks it already holds
+  if (!can_allocate(id, tokens)) return nullptr;
   if (it == seqs_.end()) {
     seq s{-1, {}, model::sequence_state::view(c_, k_.block_size, k_.fp32_cache)};
     s.slot = free_slots_.back();

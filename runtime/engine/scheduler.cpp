@@ -43,8 +43,8 @@ errc scheduler::submit(request_spec spec, std::string* why) {
   const auto id = spec.id;
   waiting_tokens_ += static_cast<std::int64_t>(spec.prompt.size());
   r.spec = std::move(spec);
-  recs_.emplace(id, std::move(r));
-  waiting_.push_back(id);
+  auto& stored = recs_.emplace(id, std::move(r)).first->second;
+  waiting_.push_back(&stored);
   return errc::none;
 }
 
@@ -66,9 +66,10 @@ std::vector<token_event> scheduler::take_cancelled() { return std::exchange(canc
 void scheduler::finish(request_id id) {
   auto it = recs_.find(id);
   if (it == recs_.end()) return;
-  if (it->second.running) {
-    running_.erase(std::find(running_.begin(), running_.end(), id));
-  } else if (auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) {
+  record* rec = &it->second;
+  if (rec->running) {
+    running_.erase(std::find(running_.begin(), running_.end(), rec));
+  } else if (auto w = std::find(waiting_.begin(), waiting_.end(), rec); w != waiting_.end()) {
     waiting_.erase(w);
     waiting_tokens_ -= static_cast<std::int64_t>(it->second.tokens.size());
   }
@@ -76,24 +77,21 @@ void scheduler::finish(request_id id) {
   recs_.erase(it);
 }
 
-void scheduler::preempt(request_id id, batch_plan& plan) {
-  auto& r = recs_.at(id);
-  kv_.release(id);
-  r.computed = 0;
-  r.running = false;
-  running_.erase(std::find(running_.begin(), running_.end(), id));
-  waiting_.push_front(id);
-  waiting_tokens_ += static_cast<std::int64_t>(r.tokens.size());
-  plan.preempted.push_back(id);
+void scheduler::preempt(record* r, batch_plan& plan) {
+  kv_.release(r->spec.id);
+  r->computed = 0;
+  r->running = false;
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_front(r);
+  waiting_tokens_ += static_cast<std::int64_t>(r->tokens.size());
+  plan.preempted.push_back(r->spec.id);
   ++stats_.preemptions;
 }
 
-std::deque<request_id>::iterator scheduler::next_waiting() {
+std::deque<scheduler::record*>::iterator scheduler::next_waiting() {
   if (!cfg_.priority) return waiting_.begin();
-  return std::min_element(waiting_.begin(), waiting_.end(), [&](request_id a, request_id b) {
-    const auto& ra = recs_.at(a);
-    const auto& rb = recs_.at(b);
-    return std::pair(ra.spec.priority, ra.arrival) < std::pair(rb.spec.priority, rb.arrival);
+  return std::min_element(waiting_.begin(), waiting_.end(), [](const record* a, const record* b) {
+    return std::pair(a->spec.priority, a->arrival) < std::pair(b->spec.priority, b->arrival);
   });
 }
 
@@ -101,58 +99,61 @@ batch_plan scheduler::schedule() {
   if (in_flight_) throw std::logic_error("scheduler::schedule called with a step in flight");
   batch_plan plan;
   plan.step = ++step_;
+  states_.clear();
   std::int64_t budget = cfg_.max_num_batched_tokens;
-  std::vector<std::pair<request_id, std::int64_t>> picked; // (id, new tokens); states bound below
+  auto& picked = picked_; // (record, new tokens); states_ in parallel
+  picked.clear();
 
   // 1. Running requests, in admission order.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
-    const request_id id = running_[i];
-    auto& r = recs_.at(id);
-    const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()) - r.computed, budget);
+    record* r = running_[i];
+    const request_id id = r->spec.id;
+    const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - r->computed, budget);
+    model::sequence_state* st = kv_.allocate(id, r->computed + n);
     bool self_preempted = false;
-    while (!kv_.can_allocate(id, r.computed + n)) {
-      const request_id victim = running_.back();
-      picked.erase(std::remove_if(picked.begin(), picked.end(), [&](auto& p) { return p.first == victim; }), picked.end());
+    while (!st) {
+      // The victim is never an already-picked request: it is running_.back(), at index >= i.
+      record* victim = running_.back();
       preempt(victim, plan);
-      if (victim == id) {
+      if (victim == r) {
         self_preempted = true;
         break;
       }
+      st = kv_.allocate(id, r->computed + n);
     }
     if (self_preempted) break; // it was the last running request
-    kv_.allocate(id, r.computed + n);
-    picked.emplace_back(id, n);
+    picked.emplace_back(r, n);
+    states_.push_back(st);
     budget -= n;
     ++i;
   }
-  // Budget returned by requests preempted after being picked.
-  budget = cfg_.max_num_batched_tokens;
-  for (const auto& p : picked) budget -= p.second;
 
   // 2. Waiting requests, only when nothing had to be preempted.
   if (plan.preempted.empty()) {
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
       const auto w = next_waiting();
-      const request_id id = *w;
-      auto& r = recs_.at(id);
-      const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()) - r.computed, budget);
-      if (!kv_.can_allocate(id, r.computed + n)) break;
-      auto* st = kv_.allocate(id, r.computed + n);
-      st->pos = r.computed; // 0: a fresh slot (recompute after preemption starts over)
+      record* r = *w;
+      const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - r->computed, budget);
+      auto* st = kv_.allocate(r->spec.id, r->computed + n);
+      if (!st) break;
+      st->pos = r->computed; // 0: a fresh slot (recompute after preemption starts over)
       waiting_.erase(w);
-      waiting_tokens_ -= static_cast<std::int64_t>(r.tokens.size());
-      r.running = true;
-      running_.push_back(id);
-      picked.emplace_back(id, n);
+      waiting_tokens_ -= static_cast<std::int64_t>(r->tokens.size());
+      r->running = true;
+      running_.push_back(r);
+      picked.emplace_back(r, n);
+      states_.push_back(st);
       budget -= n;
     }
   }
 
-  for (const auto& [id, n] : picked) {
-    auto& r = recs_.at(id);
+  plan.entries.reserve(picked.size());
+  for (std::size_t p = 0; p < picked.size(); ++p) {
+    const auto [rp, n] = picked[p];
+    auto& r = *rp;
     scheduled_entry e;
-    e.id = id;
-    e.state = kv_.state(id);
+    e.id = r.spec.id;
+    e.state = states_[p];
     e.tokens = {r.tokens.data() + r.computed, static_cast<std::size_t>(n)};
     e.sample = r.computed + n == static_cast<std::int64_t>(r.tokens.size());
     e.sampler = r.sampler.get();

@@ -135,21 +135,23 @@ private:
     bool cancelled = false;
     std::unique_ptr<sampling::sampler> sampler;
   };
-  void preempt(request_id id, batch_plan& plan);
+  void preempt(record* r, batch_plan& plan);
   void finish(request_id id);
-  std::deque<request_id>::iterator next_waiting();
+  std::deque<record*>::iterator next_waiting();
 
   scheduler_config cfg_;
   kv_manager& kv_;
   std::unordered_map<request_id, record> recs_;
-  std::deque<request_id> waiting_;
-  std::vector<request_id> running_;
+  std::deque<record*> waiting_;   // records live in recs_ (node-stable)
+  std::vector<record*> running_;
   std::int64_t waiting_tokens_ = 0;
   std::uint64_t arrivals_ = 0, step_ = 0;
   bool in_flight_ = false;
   std::vector<request_id> cancel_in_flight_;
   std::vector<token_event> cancelled_events_;
   scheduler_stats stats_;
+  std::vector<std::pair<record*, std::int64_t>> picked_;    // scratch of schedule()
+  std::vector<model::sequence_state*> states_;              // scratch of schedule()
 };
 
 } // namespace k3::engine

@@ -263,7 +263,20 @@ std::vector<tensor_spec> tensor_list(const make_model_options& o) {
     }
     const std::string e = p + "block_sparse_moe.";
     b.linear(e + "gate.weight", o.experts, Hd);
-    b.add(e + "gate.e_score_correction_bias", dtype::f32, {o.experts}, gen_uniform, 0.01);
+    if (o.hot_experts > 0) { // +5 on the selection bias: these experts win top-k for nearly every token
+      const std::uint64_t s = name_seed(e + "gate.e_score_correction_bias", o.seed);
+      tensor_spec t{e + "gate.e_score_correction_bias", dtype::f32, {o.experts}, {}};
+      t.fill = [s, n = o.experts, hot = o.hot_experts](std::uint8_t* dst) {
+        sampling::splitmix64 r(s);
+        for (int j = 0; j < n; ++j) {
+          const float v = static_cast<float>((r.uniform() * 2 - 1) * 0.01) + (j < hot ? 5.0f : 0.0f);
+          std::memcpy(dst + 4 * j, &v, 4);
+        }
+      };
+      b.custom(std::move(t));
+    } else {
+      b.add(e + "gate.e_score_correction_bias", dtype::f32, {o.experts}, gen_uniform, 0.01);
+    }
     for (int x = 0; x < o.experts; ++x) {
       const std::string ep = e + "experts." + std::to_string(x) + ".";
       if (k3) {
@@ -313,6 +326,7 @@ std::string make_model_options::validate() const {
     if (attn_res_block <= 0) return "--attn-res-block must be positive";
   }
   if (max_shard_bytes < (1 << 20)) return "--shard-mb must be at least 1";
+  if (hot_experts < 0 || hot_experts > experts) return "--hot-experts must be in [0, --experts]";
   return "";
 }
 

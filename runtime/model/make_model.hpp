@@ -34,6 +34,7 @@ struct make_model_options {
   int qk_nope = 32, qk_rope = 16, v_head_dim = 32;
   int attn_res_block = 2;  ///< K3 only
   bool conv_2d = false;    ///< store conv weights [P, K] instead of [P, 1, K]
+  int hot_experts = 0;     ///< bias the router towards experts 0..N-1 (skewed-routing studies)
   std::uint64_t seed = 0;
   std::int64_t max_shard_bytes = 512ll << 20;
   bool progress = false;

@@ -1,0 +1,155 @@
+// The scheduler actor's protocol under CAF's deterministic test coordinator: every message is
+// delivered by the test, in a scripted order, with no threads racing and no sleeps.
+#include "tests/support/caf_test_shim.hpp"
+
+#include <vector>
+
+#include "actors/protocol.hpp"
+#include "actors/request_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "actors/stream_actor.hpp"
+#include "runtime/engine/executor.hpp"
+#include "runtime/model/config.hpp"
+#include "tests/model/model_fixture.hpp"
+
+using namespace k3;
+
+namespace {
+
+struct k3_config : caf::actor_system_config {
+  k3_config() { actors::add_message_types(*this); }
+};
+
+struct fixture : test_coordinator_fixture<k3_config> {
+  fixture() : dir("proto") {
+    model::make_model(test::tiny_options(model::family::kimi_linear), dir.str());
+    cfg = model::load_config(dir.str());
+    actors::scheduler_actor_config sc;
+    sc.scheduler.max_num_batched_tokens = 16;
+    sc.scheduler.max_num_seqs = 4;
+    sc.scheduler.max_waiting_requests = 2;
+    sc.scheduler.vocab = cfg.vocab;
+    sc.kv.memory_bytes = 8 << 20;
+    sc.kv.block_size = 16;
+    sc.kv.max_model_len = 256;
+    auto ex = std::make_shared<engine::null_executor>(cfg.vocab);
+    sc.make_stream = [this, ex] {
+      stream = actors::spawn_stream(sys, ex, false); // scheduled by the test coordinator
+      return stream;
+    };
+    scheduler = actors::spawn_scheduler(sys, cfg, std::move(sc));
+    run();
+  }
+  actors::request_actor client(std::vector<actors::stream_event>& log, engine::request_id id) {
+    actors::request_options ro;
+    ro.id = id;
+    ro.sink = [&log](const actors::stream_event& ev) { log.push_back(ev); };
+    return actors::spawn_request(sys, std::move(ro), scheduler);
+  }
+  static engine::request_spec spec(engine::request_id id, std::size_t prompt, int max_tokens) {
+    engine::request_spec q;
+    q.id = id;
+    q.prompt.assign(prompt, 7);
+    q.max_tokens = max_tokens;
+    q.ignore_eos = true;
+    return q;
+  }
+  actors::engine_stats stats() {
+    actors::engine_stats out;
+    self->send(scheduler, actors::stats_atom::value);
+    run(); // the coordinator delivers it (and anything else pending)
+    self->receive([&](actors::engine_stats& s) { out = s; });
+    return out;
+  }
+  test::temp_dir dir;
+  model::model_config cfg;
+  actors::scheduler_actor scheduler;
+  actors::stream_actor stream;
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "protocol: submit, chunked prefill, one token event per step, finish", "[actors]") {
+  std::vector<actors::stream_event> log;
+  auto c = client(log, 1);
+  self->send(scheduler, actors::submit_atom::value, spec(1, 20, 3), c);
+  // Step 1: 16 of 20 prompt tokens (budget 16) — no token yet.
+  expect((actors::submit_atom, engine::request_spec, actors::request_actor), from(self).to(scheduler));
+  expect((actors::step_atom, actors::plan_ptr), from(scheduler).to(stream));
+  expect((engine::step_result), from(stream).to(scheduler));
+  CHECK(log.empty());
+  // Step 2: the last 4 prompt tokens, sampled: the first token goes to the client.
+  expect((actors::step_atom, actors::plan_ptr), from(scheduler).to(stream));
+  expect((engine::step_result), from(stream).to(scheduler));
+  expect((actors::token_atom, engine::token_event), from(scheduler).to(c));
+  REQUIRE(log.size() == 1u);
+  CHECK_FALSE(log[0].finished);
+  // Steps 3 and 4: one decode token each; the last one finishes the request.
+  run();
+  REQUIRE(log.size() == 3u);
+  CHECK(log.back().finished);
+  CHECK(log.back().finish_reason == "length");
+  const auto s = stats();
+  CHECK(s.steps == 4);
+  CHECK(s.kv_slots_used == 0);
+  CHECK(s.requests_finished == 1);
+}
+
+TEST_CASE_METHOD(fixture, "protocol: cancel while the step is in flight frees the request at the step's end", "[actors]") {
+  std::vector<actors::stream_event> log;
+  auto c = client(log, 5);
+  self->send(scheduler, actors::submit_atom::value, spec(5, 4, 100), c);
+  expect((actors::submit_atom, engine::request_spec, actors::request_actor), from(self).to(scheduler));
+  // The step is now in flight: its message waits in the stream actor's mailbox.
+  self->send(c, actors::cancel_atom::value); // the client gives up
+  expect((actors::cancel_atom), from(self).to(c));
+  expect((actors::cancel_atom, engine::request_id), from(c).to(scheduler));
+  CHECK(log.empty());                                                         // not yet: the step holds it
+  expect((actors::step_atom, actors::plan_ptr), from(scheduler).to(stream));  // the step runs
+  expect((engine::step_result), from(stream).to(scheduler));                  // ... and ends
+  run();
+  REQUIRE_FALSE(log.empty());
+  CHECK(log.back().finished);
+  CHECK(log.back().finish_reason == "cancelled");
+  CHECK(stats().kv_slots_used == 0);
+}
+
+TEST_CASE_METHOD(fixture, "protocol: a vanished client is a cancellation; a full queue answers queue_full", "[actors]") {
+  std::vector<actors::stream_event> log;
+  auto a = client(log, 1);
+  self->send(scheduler, actors::submit_atom::value, spec(1, 4, 200), a);
+  expect((actors::submit_atom, engine::request_spec, actors::request_actor), from(self).to(scheduler));
+  self->receive([](engine::errc e, std::string&) { CHECK(e == engine::errc::none); });
+  caf::anon_send_exit(a, caf::exit_reason::kill);
+  run();
+  CHECK(stats().kv_slots_used == 0);
+  CHECK(stats().running == 0);
+
+  std::vector<actors::stream_event> l2;
+  std::vector<actors::request_actor> cs;
+  std::vector<engine::errc> codes;
+  for (engine::request_id id = 10; id < 17; ++id) {
+    cs.push_back(client(l2, id));
+    self->send(scheduler, actors::submit_atom::value, spec(id, 4, 200), cs.back()); // reply: a plain message
+  }
+  // Deliver only the submissions (the scheduler answers each at once).
+  for (int i = 0; i < 7; ++i) {
+    expect((actors::submit_atom, engine::request_spec, actors::request_actor), from(self).to(scheduler));
+  }
+  for (int i = 0; i < 7; ++i)
+    self->receive([&](engine::errc e, std::string&) { codes.push_back(e); }, [&](caf::error&) { FAIL("error reply"); });
+  // The first is admitted and runs; while its step is in flight the next two wait; the queue
+  // (max_waiting_requests = 2) refuses the other four.
+  int full = 0;
+  for (auto e : codes) full += e == engine::errc::queue_full;
+  std::string got;
+  for (auto e : codes) got += std::string(engine::to_string(e)) + " ";
+  INFO("replies: " << got);
+  CHECK(codes[0] == engine::errc::none);
+  CHECK(codes[1] == engine::errc::none);
+  CHECK(codes[2] == engine::errc::none);
+  CHECK(full == 4);
+  for (auto& c : cs) caf::anon_send_exit(c, caf::exit_reason::kill);
+  run();
+  CHECK(stats().kv_slots_used == 0);
+}
