@@ -79,7 +79,7 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
       self->request(*h, std::chrono::seconds(30), actors::stats_atom::value)
           .receive([&](actors::shard_stats& s) { st = s; }, [&](caf::error& e) { err = sys.render(e); });
       if (!err.empty()) throw std::runtime_error("expert shard " + hp + " did not answer: " + err);
-      refs.push_back({*h, st.first_expert, st.last_expert, false});
+      refs.push_back({*h, st.first_expert, st.last_expert, false, {}});
     }
   } else if (o.expert_parallel_size > 0 && c.num_experts > 0) {
     if (o.expert_parallel_size > c.num_experts)
@@ -87,7 +87,9 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
                                   " exceeds the " + std::to_string(c.num_experts) + " experts");
     for (auto [a, b] : actors::partition_experts(c.num_experts, o.expert_parallel_size)) {
       p->local_shards.push_back(actors::spawn_shard(sys, p->m, a, b, true));
-      refs.push_back({p->local_shards.back(), a, b, true});
+      std::shared_ptr<const model::model> m = p->m;
+      refs.push_back({p->local_shards.back(), a, b, true,
+                      [&sys, m, a = a, b = b] { return actors::spawn_shard(sys, m, a, b, true); }});
     }
   }
   if (!refs.empty()) {
@@ -127,7 +129,9 @@ llm_engine::~llm_engine() {
   if (!impl_) return;
   // Stop the scheduler (it stops its stream actor's requests); shards go with it.
   caf::anon_send_exit(impl_->sched, caf::exit_reason::user_shutdown);
-  for (auto& s : impl_->local_shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  if (impl_->dispatcher)
+    for (std::size_t i = 0; i < impl_->local_shards.size(); ++i)
+      caf::anon_send_exit(impl_->dispatcher->shard(i), caf::exit_reason::user_shutdown);
   // Wait for the scheduler so no step runs on the model after we release it.
   caf::scoped_actor self{impl_->sys};
   self->wait_for(impl_->sched);
@@ -193,5 +197,12 @@ const model::model_config& llm_engine::config() const noexcept { return impl_->m
 const tok::kimi_tokenizer& llm_engine::tokenizer() const noexcept { return *impl_->tok; }
 const std::string& llm_engine::sizing_note() const noexcept { return impl_->note; }
 actors::scheduler_actor llm_engine::scheduler() const noexcept { return impl_->sched; }
+
+std::vector<actors::shard_actor> llm_engine::shards() const {
+  std::vector<actors::shard_actor> out;
+  if (impl_->dispatcher)
+    for (std::size_t i = 0; i < impl_->local_shards.size(); ++i) out.push_back(impl_->dispatcher->shard(i));
+  return out;
+}
 
 } // namespace k3

@@ -34,6 +34,7 @@ struct engine_stats {
   std::int64_t steps = 0, preemptions = 0, tokens_scheduled = 0, requests_finished = 0, stream_restarts = 0;
   std::int64_t policy_ns = 0;  ///< scheduler actor time in schedule() + apply(), all steps
   std::int64_t deliver_ns = 0; ///< scheduler actor time sending token events, all steps
+  std::int64_t shard_restarts = 0;
   std::vector<std::int64_t> shard_jobs;        ///< jobs sent per shard
   std::vector<std::int64_t> shard_max_queue;   ///< deepest outstanding-job count seen per shard
   std::vector<std::int64_t> shard_rows;        ///< token-expert rows computed per shard
@@ -64,7 +65,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
   return f(caf::meta::type_name("engine_stats"), x.waiting, x.running, x.waiting_tokens, x.kv_slots, x.kv_slots_used,
            x.kv_blocks, x.kv_blocks_used, x.steps, x.preemptions, x.tokens_scheduled, x.requests_finished,
-           x.stream_restarts, x.policy_ns, x.deliver_ns, x.shard_jobs, x.shard_max_queue, x.shard_rows, x.expert_tokens);
+           x.stream_restarts, x.policy_ns, x.deliver_ns, x.shard_restarts, x.shard_jobs, x.shard_max_queue, x.shard_rows, x.expert_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_job& x) {

@@ -172,6 +172,7 @@ void shard_dispatcher::run(int moe_layer, std::span<const std::int32_t> experts,
     pending.emplace_back(s, self->request(shards_[s].actor, caf::infinite, experts_atom::value, std::move(jobs[s])));
   }
   std::string failure;
+  std::vector<std::size_t> dead;
   for (auto& [s, h] : pending) {
     h.receive(
         [&, s = s](expert_reply& r) {
@@ -185,13 +186,34 @@ void shard_dispatcher::run(int moe_layer, std::span<const std::int32_t> experts,
             off += n;
           }
         },
-        [&, s = s](caf::error& err) { failure = "expert shard " + std::to_string(s) + " failed: " + sys_.render(err); });
+        [&, s = s](caf::error& err) {
+          failure = "expert shard " + std::to_string(s) + " failed: " + sys_.render(err);
+          dead.push_back(s);
+        });
   }
+  // Supervision: a dead in-process shard is re-spawned for the next step; this step fails.
+  for (auto s : dead)
+    if (shards_[s].respawn) {
+      std::lock_guard lock(mu_);
+      shards_[s].actor = shards_[s].respawn();
+      ++restarts_;
+    }
   if (!failure.empty()) throw std::runtime_error(failure);
+}
+
+shard_actor shard_dispatcher::shard(std::size_t i) const {
+  std::lock_guard lock(mu_);
+  return shards_.at(i).actor;
+}
+
+std::int64_t shard_dispatcher::restarts() const {
+  std::lock_guard lock(mu_);
+  return restarts_;
 }
 
 void shard_dispatcher::add_stats(engine_stats& out) const {
   std::lock_guard lock(mu_);
+  out.shard_restarts = restarts_;
   out.shard_jobs = jobs_;
   out.shard_rows = rows_;
   out.shard_max_queue = max_queue_;

@@ -17,6 +17,7 @@
 // Figures (jobs, rows, deepest queue in rows per shard, rows per expert) are kept under a
 // mutex for the scheduler's stats().
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -37,6 +38,9 @@ struct shard_ref {
   shard_actor actor;
   int first = 0, last = 0;    ///< expert range it owns
   bool serve_any = false;     ///< can host replicas of any expert
+  /// Re-spawns the shard after it died (in-process shards); empty for remote ones, whose
+  /// failure keeps failing the steps that need them until the process is back.
+  std::function<shard_actor()> respawn;
 };
 
 class shard_dispatcher final : public model::expert_dispatcher {
@@ -48,6 +52,8 @@ public:
   /// Adds the shard figures to s.
   void add_stats(engine_stats& s) const;
   [[nodiscard]] std::vector<int> replicas_of(int expert) const;
+  [[nodiscard]] shard_actor shard(std::size_t i) const;
+  [[nodiscard]] std::int64_t restarts() const;
 
 private:
   void rebalance();
@@ -61,6 +67,7 @@ private:
   std::int64_t calls_ = 0;
   mutable std::mutex mu_;
   std::vector<std::int64_t> jobs_, rows_, max_queue_, expert_rows_;
+  std::int64_t restarts_ = 0;
 };
 
 /// Splits experts [0, E) into n contiguous ranges (sizes differ by at most one).

@@ -98,6 +98,8 @@ public:
   [[nodiscard]] const tok::kimi_tokenizer& tokenizer() const noexcept;
   [[nodiscard]] const std::string& sizing_note() const noexcept;
   [[nodiscard]] actors::scheduler_actor scheduler() const noexcept;
+  /// The in-process expert-shard actors (current handles; empty without expert parallelism).
+  [[nodiscard]] std::vector<actors::shard_actor> shards() const;
 
   struct impl;
 

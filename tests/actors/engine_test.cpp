@@ -279,3 +279,38 @@ TEST_CASE("actors: cancellation, admission errors and a crashing stream actor", 
     CHECK(eng->stats().stream_restarts == 1);
   }
 }
+
+TEST_CASE("actors: a crashed expert shard fails only the steps that needed it and is re-spawned", "[actors]") {
+  test::temp_dir d("shardcrash");
+  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
+  system_fixture f;
+  engine_options o;
+  o.model_dir = d.str();
+  o.kv_memory_bytes = 16 << 20;
+  o.max_model_len = 256;
+  o.expert_parallel_size = 2;
+  auto eng = llm_engine::start(f.sys, o);
+  const auto before = eng->shards();
+  REQUIRE(before.size() == 2u);
+  for (const auto& s : before) caf::anon_send_exit(s, caf::exit_reason::kill); // both die
+  {
+    caf::scoped_actor self{f.sys};
+    for (const auto& s : before) self->wait_for(s);
+  }
+  collector col;
+  generation_params gp;
+  gp.max_tokens = 4;
+  gp.sampling.temperature = 0;
+  gp.ignore_eos = true;
+  const auto a = eng->submit({1, 2, 3}, gp, col.sink());
+  col.wait(1);
+  CHECK(col.runs().at(a.id).reason == "error");
+  CHECK(col.runs().at(a.id).error == engine::errc::internal);
+  const auto b = eng->submit({1, 2, 3}, gp, col.sink()); // after the restart: served normally
+  col.wait(2);
+  const auto rb = col.runs().at(b.id);
+  CHECK(rb.reason == "length");
+  CHECK(rb.tokens == solo(d.str(), {1, 2, 3}, 4, {}));
+  CHECK(eng->stats().shard_restarts >= 1);
+  CHECK(eng->shards()[0] != before[0]);
+}

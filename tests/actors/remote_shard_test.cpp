@@ -81,7 +81,7 @@ TEST_CASE("actors: two k3 shard processes give exactly the single-process logits
     actors::shard_stats st;
     self->request(*h, std::chrono::seconds(30), actors::stats_atom::value)
         .receive([&](actors::shard_stats& s) { st = s; }, [&](caf::error& e) { FAIL(sys.render(e)); });
-    refs.push_back({*h, st.first_expert, st.last_expert, false});
+    refs.push_back({*h, st.first_expert, st.last_expert, false, {}});
   }
   CHECK(refs[0].last == 2);
   CHECK(refs[1].first == 3);
