@@ -90,8 +90,7 @@ model::sequence_state* kv_manager::allocate(seq_id id, std::int64_t tokens) {
     seq s{-1, {}, model::sequence_state::view(c_, k_.block_size, k_.fp32_cache)};
     s.slot = free_slots_.back();
     free_slots_.pop_back();
-    const std::size_t per_slot = static_cast<std::size_t>(num_kda_) * (kda_floats_ + conv_floats_);
-    std::fill_n(slots_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.slot) * per_slot), per_slot, 0.0f);
+    // Not zeroed here: model::step zeroes the state of every sequence at position 0.
     it = seqs_.emplace(id, std::move(s)).first;
   }
   for (std::int64_t n = blocks_needed(id, tokens); n > 0; --n) {

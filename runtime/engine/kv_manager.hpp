@@ -16,7 +16,9 @@
 // A sequence's blocks grow with its tokens (allocate() covers `tokens` rows); allocation can
 // fail normally (the scheduler preempts). release() returns the slot and all blocks. Each
 // allocation hands out a model::sequence_state view whose pointers go into the pools; a fresh
-// slot is zeroed. Plain class, single-threaded (owned by the scheduler actor).
+// slot is not cleared here: model::step zeroes the state of a sequence at position 0 (on the
+// stream thread, off the scheduler's critical path). Plain class, single-threaded (owned by the
+// scheduler actor).
 
 #include <cstdint>
 #include <optional>

@@ -163,6 +163,14 @@ step_output model::step(std::span<const batch_entry> batch) {
   out.vocab = c.vocab;
   if (n == 0) return out;
 
+  // A sequence at position 0 starts from zero state. Zeroing here (on the thread running the
+  // step) keeps it off the scheduler's critical path when a KV manager recycles slots.
+  for (auto* seq : b.seq)
+    if (seq->pos == 0) {
+      for (float* p : seq->kda) std::fill_n(p, seq->kda_state_floats(), 0.0f);
+      for (float* p : seq->conv) std::fill_n(p, seq->conv_state_floats(), 0.0f);
+    }
+
   workspace& ws = *ws_;
   std::vector<float> x(static_cast<std::size_t>(n * Hd)), xn(x.size()), mix(x.size()), att(x.size()), ffn(x.size());
   for (std::size_t e = 0; e < batch.size(); ++e)

@@ -109,7 +109,8 @@ public:
   }
   [[nodiscard]] const load_options& options() const noexcept { return opt_; }
 
-  /// Runs one batch. Advances every entry's state by its tokens. Throws std::invalid_argument
+  /// Runs one batch. Advances every entry's state by its tokens; an entry at pos 0 starts from
+  /// zeroed KDA/conv state (so recycled KV-manager slots need no clearing). Throws std::invalid_argument
   /// for a token id outside the vocabulary, an empty entry, two entries on one state, or a
   /// sequence past max_position_embeddings; the states are untouched in that case.
   step_output step(std::span<const batch_entry> batch);
