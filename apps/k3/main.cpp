@@ -46,6 +46,7 @@ void usage(FILE* out) {
              "                --heads N --experts N --top-k N --moe-inter N --latent N --vocab N --seed S ...]\n"
              "  run           --model DIR (--prompt TEXT | --chat TEXT) [--max-tokens N --temperature T\n"
              "                --top-p P --top-k K --seed S --quantization mxfp4 --ignore-eos]\n"
+             "                [--expert-parallel-size N --num-redundant-experts R | --remote-shards H:P,...]\n"
              "                | --model DIR --tokens 1,2,3 --dump-logits FILE\n"
              "  shard         --model DIR --experts A-B [--listen PORT] [--host ADDR]\n"
              "  sim           (not built yet)\n",

@@ -5,17 +5,22 @@
 //          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
 //          [--quantization mxfp4] [--prefill-chunk N] [--ignore-eos] [--print-ids]
 //   k3 run --model DIR --tokens 1,2,3 --dump-logits FILE     raw fp32 [T, vocab] little-endian
+//   engine mode (through the actors): add --expert-parallel-size N [--num-redundant-experts R]
+//          or --remote-shards host:port,… (shards started with `k3 shard`)
 //
 // --prompt encodes TEXT as plain text (no special tokens); --chat renders one user turn with
 // the model's chat format (K3 XTML, or the K2 envelope for Kimi Linear) and the generation
 // prompt. Generation stops at the tokenizer's stop ids unless --ignore-eos.
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/k3/cli_args.hpp"
+#include "k3/engine.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
 #include "runtime/model/generate.hpp"
@@ -46,6 +51,8 @@ std::vector<std::int32_t> parse_ids(const std::string& s) {
 int run_main(const std::vector<std::string_view>& argv) {
   std::string dir, prompt, chat, system, dump, tokens;
   bool thinking = true, print_ids = false;
+  int ep = 0, redundant = 0;
+  std::vector<std::string> remote;
   model::generate_options g;
   model::load_options lo;
   cli_args a(argv);
@@ -66,6 +73,13 @@ int run_main(const std::vector<std::string_view>& argv) {
     else if (f == "--ignore-eos") g.ignore_eos = true;
     else if (f == "--print-ids") print_ids = true;
     else if (f == "--dump-logits") dump = a.value(f);
+    else if (f == "--expert-parallel-size") ep = static_cast<int>(a.integer(f, 1, 1 << 16));
+    else if (f == "--num-redundant-experts") redundant = static_cast<int>(a.integer(f, 0, 1 << 16));
+    else if (f == "--remote-shards") {
+      std::stringstream ss(a.value(f));
+      std::string item;
+      while (std::getline(ss, item, ',')) remote.push_back(item);
+    }
     else if (f == "--tokens") tokens = a.value(f);
     else if (f == "--quantization") {
       const auto q = a.value(f);
@@ -77,6 +91,57 @@ int run_main(const std::vector<std::string_view>& argv) {
   if (!dump.empty() && tokens.empty()) throw std::invalid_argument("--dump-logits needs --tokens 1,2,3");
   if (dump.empty() && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
   if (auto err = sampling::validate(g.sampling)) throw std::invalid_argument(*err);
+
+  if (ep > 0 || !remote.empty()) { // engine mode: the same request through the actor engine
+    if (!dump.empty()) throw std::invalid_argument("--dump-logits runs offline; drop the shard flags");
+    caf::actor_system_config cfg;
+    llm_engine::add_types(cfg);
+    caf::actor_system sys{cfg};
+    engine_options eo;
+    eo.model_dir = dir;
+    eo.quantize_experts = lo.quantize_experts;
+    eo.expert_parallel_size = ep;
+    eo.num_redundant_experts = redundant;
+    eo.remote_shards = remote;
+    eo.kv_memory_bytes = 256ll << 20;
+    auto eng = llm_engine::start(sys, eo);
+    std::fprintf(stderr, "k3 run: engine mode, %s\n", eng->sizing_note().c_str());
+    generation_params gp;
+    gp.max_tokens = g.max_tokens;
+    gp.sampling = g.sampling;
+    gp.seed = g.seed;
+    gp.ignore_eos = g.ignore_eos;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::string reason;
+    auto sink = [&](const stream_event& ev) {
+      if (print_ids && ev.token >= 0) std::printf("%d ", ev.token);
+      else if (!print_ids) std::fputs(ev.text.c_str(), stdout);
+      std::fflush(stdout);
+      if (ev.finished) {
+        std::lock_guard lock(mu);
+        done = true;
+        reason = ev.finish_reason + (ev.message.empty() ? "" : " (" + ev.message + ")");
+        cv.notify_all();
+      }
+    };
+    const auto r = chat.empty() ? eng->submit(eng->tokenizer().encode(prompt, false), gp, sink)
+                                : eng->submit_chat(chat, gp, sink);
+    if (!r.ok()) throw std::runtime_error(std::string(engine::to_string(r.error)) + ": " + r.message);
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done; });
+    std::fputc('\n', stdout);
+    const auto st = eng->stats();
+    std::string rows;
+    for (auto x : st.shard_rows) {
+      if (!rows.empty()) rows.push_back(' ');
+      rows.append(std::to_string(x));
+    }
+    std::fprintf(stderr, "k3 run: finish %s; %lld steps; rows per shard: %s\n", reason.c_str(),
+                 static_cast<long long>(st.steps), rows.c_str());
+    return 0;
+  }
 
   std::vector<std::string> notes;
   auto m = model::model::load(dir, lo, &notes);

@@ -28,6 +28,10 @@ check "run --chat --quantization mxfp4 (Kimi Linear)" '[ $? -eq 0 ] && grep -q "
 "$K3" run --model "$D/k3" --prompt "abc" --max-tokens 10 --temperature 0.8 --seed 5 --print-ids >"$D/s2" 2>/dev/null
 check "seeded sampling is reproducible" 'cmp -s "$D/s1" "$D/s2" && [ $(wc -w <"$D/s1") -ge 1 ]'
 
+"$K3" run --model "$D/k3" --prompt "abc" --max-tokens 10 --temperature 0 --ignore-eos --print-ids >"$D/o1" 2>/dev/null
+"$K3" run --model "$D/k3" --prompt "abc" --max-tokens 10 --temperature 0 --ignore-eos --print-ids --expert-parallel-size 3 --num-redundant-experts 2 >"$D/o2" 2>/dev/null
+check "engine mode with expert shards = offline run" 'cmp -s "$D/o1" "$D/o2" && [ $(wc -w <"$D/o1") -eq 10 ]'
+
 "$K3" run --model "$D/k3" --tokens 1,2,3,4 --dump-logits "$D/l.bin" 2>/dev/null
 check "dump-logits writes [T, vocab] fp32" '[ $(stat -c %s "$D/l.bin") -eq $((4 * 2048 * 4)) ]'
 expect_error "missing model dir" "config.json: cannot open" "$K3" run --model "$D/none" --prompt hi
