@@ -27,11 +27,10 @@ test-peers: deps
 test: build test-peers
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-# Until the HTTP server lands (issue 6), `make serve` runs the most complete program there is:
-# offline generation on the demo checkpoint (made on first use). It says so; it does not pretend
-# to serve.
+# The OpenAI-compatible server on 127.0.0.1:8000 with the built-in demo checkpoint (written to
+# ~/.cache/k3serve on first use).
 serve: build
-	@$(BUILD_DIR)/k3 serve --demo-dir $(BUILD_DIR)/demo-model
+	@$(BUILD_DIR)/k3 serve --host 127.0.0.1 --port 8000
 
 bench: build
 	@$(BUILD_DIR)/k3 bench kernels

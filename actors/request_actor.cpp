@@ -1,6 +1,7 @@
 #include "actors/request_actor.hpp"
 
 #include "runtime/tokenizer/detokenizer.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace k3::actors {
 namespace {
@@ -61,7 +62,9 @@ request_actor::behavior_type request_fun(request_actor::stateful_pointer<request
             }
           }
           st.held = stopped || ev.finished ? 0 : stop_prefix_len(pending, st.opt.stop_strings);
-          out.text = pending.substr(0, pending.size() - st.held);
+          // Output boundary: invalid byte sequences (a model can emit any bytes) become U+FFFD, so
+          // every sink — JSON on the wire in particular — gets valid UTF-8.
+          out.text = utf8::sanitize(pending.substr(0, pending.size() - st.held));
           st.text += pending;
           if (stopped && !ev.finished) {
             out.finished = true;

@@ -1,5 +1,5 @@
 // k3 — the single k3serve binary. Subcommands:
-//   serve       OpenAI-compatible server (not built yet: see `k3 serve`)
+//   serve       OpenAI-compatible HTTP/SSE + WebSocket server
 //   run         offline generation
 //   make-model  random-weight checkpoint in the Hugging Face layout
 //   sim         cluster simulator           (issue 7)
@@ -27,6 +27,7 @@ int bench_tokenizer_main(const std::vector<std::string_view>& args);
 int run_main(const std::vector<std::string_view>& args);
 int make_model_main(const std::vector<std::string_view>& args);
 int shard_main(const std::vector<std::string_view>& args);
+int serve_main(const std::vector<std::string_view>& args);
 } // namespace k3::app
 
 namespace {
@@ -40,7 +41,7 @@ void usage(FILE* out) {
              "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
              "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
-             "  serve         (server not built yet; runs offline generation on the demo model, see README)\n"
+             "  serve         [--model DIR] [--host H --port P ...]   OpenAI-compatible server (--help)\n"
              "  version\n"
              "  make-model    --out DIR [--family k3|kimi-linear] [--preset demo|bench] [--layers N --hidden N\n"
              "                --heads N --experts N --top-k N --moe-inter N --latent N --vocab N --seed S ...]\n"
@@ -190,18 +191,8 @@ int main(int argc, char** argv) {
   if (cmd == "version" || cmd == "--version") return k3::app::version_main();
   if (cmd == "bench") return bench_main(args);
   if (cmd == "serve") {
-    // The HTTP server is issue 6. Until it exists `make serve` shows the most complete program
-    // there is — offline generation on the demo checkpoint — and says so plainly.
-    std::printf("k3 serve: the OpenAI-compatible server is not built yet (issue 6); nothing listens on\n"
-                "127.0.0.1:8000. Showing offline generation on the demo checkpoint instead.\n");
-    std::string demo = "build/demo-model";
-    if (args.size() == 2 && args[0] == "--demo-dir") demo = std::string(args[1]);
     try {
-      if (!std::filesystem::exists(demo + "/config.json"))
-        k3::app::make_model_main({"--out", demo, "--quiet"});
-      const std::vector<std::string_view> run = {"--model", demo, "--chat", "Hello! Who are you?", "--max-tokens",
-                                                 "24", "--temperature", "0"};
-      return k3::app::run_main(run);
+      return k3::app::serve_main(args);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "k3 serve: %s\n", e.what());
       return 2;

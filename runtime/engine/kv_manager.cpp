@@ -46,8 +46,8 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
   kda_floats_ = static_cast<std::size_t>(c.kda_heads) * c.kda_head_dim * c.kda_head_dim;
   conv_floats_ = static_cast<std::size_t>(3) * c.kda_proj() * (c.conv_kernel - 1);
   block_elems_ = static_cast<std::size_t>(k.block_size) * (c.kv_lora_rank + c.qk_rope) * (k.fp32_cache ? 2 : 1);
-  slots_.assign(static_cast<std::size_t>(num_slots_) * num_kda_ * (kda_floats_ + conv_floats_), 0.0f);
-  blocks_.assign(static_cast<std::size_t>(num_blocks_) * num_mla_ * block_elems_, 0);
+  slots_.reset(new float[static_cast<std::size_t>(num_slots_) * num_kda_ * (kda_floats_ + conv_floats_)]);
+  blocks_.reset(new bf16_t[std::max<std::size_t>(1, static_cast<std::size_t>(num_blocks_) * num_mla_ * block_elems_)]);
   for (int s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
   for (std::int64_t b = num_blocks_ - 1; b >= 0; --b) free_blocks_.push_back(static_cast<std::int32_t>(b));
 }
@@ -68,7 +68,7 @@ bool kv_manager::can_allocate(seq_id id, std::int64_t tokens) const {
 
 void kv_manager::point(seq& s) {
   const std::size_t per_slot = static_cast<std::size_t>(num_kda_) * (kda_floats_ + conv_floats_);
-  float* base = slots_.data() + static_cast<std::size_t>(s.slot) * per_slot;
+  float* base = slots_.get() + static_cast<std::size_t>(s.slot) * per_slot;
   for (int l = 0; l < num_kda_; ++l) {
     s.view.kda[static_cast<std::size_t>(l)] = base + static_cast<std::size_t>(l) * (kda_floats_ + conv_floats_);
     s.view.conv[static_cast<std::size_t>(l)] = s.view.kda[static_cast<std::size_t>(l)] + kda_floats_;
@@ -76,7 +76,7 @@ void kv_manager::point(seq& s) {
   for (int l = 0; l < num_mla_; ++l) { // append the new blocks only
     auto& table = s.view.mla_blocks[static_cast<std::size_t>(l)];
     for (std::size_t i = table.size(); i < s.blocks.size(); ++i)
-      table.push_back(blocks_.data() + (static_cast<std::size_t>(s.blocks[i]) * num_mla_ + l) * block_elems_);
+      table.push_back(blocks_.get() + (static_cast<std::size_t>(s.blocks[i]) * num_mla_ + l) * block_elems_);
   }
 }
 

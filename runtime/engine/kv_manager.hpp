@@ -21,6 +21,7 @@
 // scheduler actor).
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -87,8 +88,11 @@ private:
   std::int64_t num_blocks_ = 0;
   int num_kda_ = 0, num_mla_ = 0;
   std::size_t kda_floats_ = 0, conv_floats_ = 0, block_elems_ = 0;
-  std::vector<float> slots_;                 // [slot][kda layer][state | conv]
-  std::vector<bf16_t> blocks_;               // [block][mla layer][block_size · row_width] (×2 if fp32)
+  // Uninitialised on purpose: pages are touched only when a sequence uses them (state is zeroed
+  // by model::step at position 0, cache rows are written before they are read), so a large
+  // budget costs nothing at start-up.
+  std::unique_ptr<float[]> slots_;          // [slot][kda layer][state | conv]
+  std::unique_ptr<bf16_t[]> blocks_;        // [block][mla layer][block_size · row_width] (×2 if fp32)
   std::vector<int> free_slots_;
   std::vector<std::int32_t> free_blocks_;
   std::unordered_map<seq_id, seq> seqs_;

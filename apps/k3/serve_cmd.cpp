@@ -1,0 +1,109 @@
+// `k3 serve [--model DIR] [vLLM / SGLang launch flags]`: the OpenAI-compatible server. Without
+// --model it serves the built-in demo checkpoint, written once by make_model into the cache
+// directory (--cache-dir, $K3_CACHE_DIR, or ~/.cache/k3serve). See net/server_config.hpp.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <caf/all.hpp>
+
+#include "k3/engine.hpp"
+#include "net/http_server.hpp"
+#include "net/server_config.hpp"
+#include "runtime/model/make_model.hpp"
+
+namespace k3::app {
+namespace {
+
+std::int64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 4ll << 30;
+}
+
+std::int64_t dir_bytes(const std::string& dir) {
+  std::int64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") n += static_cast<std::int64_t>(e.file_size());
+  return n;
+}
+
+} // namespace
+
+int serve_main(const std::vector<std::string_view>& args) {
+  for (auto a : args)
+    if (a == "--help" || a == "-h") {
+      std::puts("k3 serve [--model DIR] [--host H] [--port P] [--served-model-name N] [--api-key K]\n"
+                "         [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]\n"
+                "         [--max-queued-requests N] [--gpu-memory-utilization F | --kv-cache-memory BYTES]\n"
+                "         [--expert-parallel-size N] [--num-redundant-experts R] [--remote-shards H:P,...]\n"
+                "         [--tensor-parallel-size 1] [--pipeline-parallel-size 1] [--dtype auto] [--quantization mxfp4]\n"
+                "         [--trust-remote-code] [--enable-chunked-prefill] [--shutdown-timeout S] [--config FILE]\n"
+                "  vLLM/SGLang spellings are accepted (--model-path, --tp, --ep, --context-length, ...).");
+      return 0;
+    }
+  auto cfg = net::parse_server_args(args);
+  if (auto err = cfg.validate(); !err.empty()) throw std::invalid_argument(err);
+  if (cfg.trust_remote_code)
+    std::fprintf(stderr, "k3 serve: --trust-remote-code accepted (k3serve runs no Python; nothing to trust)\n");
+
+  std::string served = cfg.served_model_name;
+  if (cfg.model.empty()) {
+    std::string cache = cfg.cache_dir;
+    if (cache.empty()) {
+      if (const char* e = std::getenv("K3_CACHE_DIR")) cache = e;
+      else if (const char* h = std::getenv("HOME")) cache = std::string(h) + "/.cache/k3serve";
+      else cache = "/tmp/k3serve-cache";
+    }
+    cfg.model = cache + "/demo-model";
+    if (!std::filesystem::exists(cfg.model + "/config.json")) {
+      std::fprintf(stderr, "k3 serve: no --model given; writing the demo checkpoint to %s\n", cfg.model.c_str());
+      model::make_model({}, cfg.model);
+    }
+    if (served.empty()) served = "k3-demo";
+  }
+  if (served.empty()) served = std::filesystem::path(cfg.model).filename().string();
+  if (served.empty()) served = std::filesystem::path(cfg.model).parent_path().filename().string();
+
+  caf::actor_system_config acfg;
+  llm_engine::add_types(acfg);
+  caf::actor_system sys{acfg};
+
+  const auto mc = model::load_config(cfg.model);
+  engine_options eo;
+  eo.model_dir = cfg.model;
+  eo.max_model_len = cfg.max_model_len > 0 ? std::min<std::int64_t>(cfg.max_model_len, mc.max_position)
+                                           : std::min<std::int64_t>(mc.max_position, 32768);
+  if (cfg.max_model_len > mc.max_position)
+    throw std::invalid_argument("--max-model-len " + std::to_string(cfg.max_model_len) + " exceeds the model's max_position_embeddings " +
+                                std::to_string(mc.max_position));
+  eo.max_num_seqs = cfg.max_num_seqs;
+  eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
+  eo.max_waiting_requests = cfg.max_queued_requests;
+  eo.max_waiting_tokens = cfg.max_queued_tokens;
+  eo.expert_parallel_size = cfg.expert_parallel_size;
+  eo.num_redundant_experts = cfg.num_redundant_experts;
+  eo.remote_shards = cfg.remote_shards;
+  eo.quantize_experts = cfg.quantization == "mxfp4";
+  eo.null_executor = cfg.null_executor;
+  // CPU build: the KV pools live in RAM. --gpu-memory-utilization U reserves U of what is
+  // available after the weights (capped at 8 GiB); pages are only touched when used.
+  eo.kv_memory_bytes = cfg.kv_cache_memory > 0
+                           ? cfg.kv_cache_memory
+                           : std::clamp<std::int64_t>(static_cast<std::int64_t>(cfg.gpu_memory_utilization *
+                                                                               static_cast<double>(mem_available() - dir_bytes(cfg.model))),
+                                                      64ll << 20, 8ll << 30);
+  if (cfg.max_num_seqs == 0) eo.max_num_seqs = 0;
+  auto eng = llm_engine::start(sys, eo);
+  std::fprintf(stderr, "k3 serve: %s\nk3 serve: %s\n", eng->config().describe().c_str(), eng->sizing_note().c_str());
+  cfg.max_model_len = eo.max_model_len;
+  net::http_server server(*eng, cfg, served);
+  return server.run();
+}
+
+} // namespace k3::app

@@ -1,0 +1,276 @@
+#include "net/openai_request.hpp"
+
+#include <cmath>
+
+namespace k3::net {
+namespace {
+
+using json::value;
+using kind = json::value::kind;
+
+const char* kind_name(kind k) {
+  switch (k) {
+  case kind::null: return "null";
+  case kind::boolean: return "a boolean";
+  case kind::integer: return "an integer";
+  case kind::real: return "a number";
+  case kind::string: return "a string";
+  case kind::array: return "an array";
+  case kind::object: return "an object";
+  }
+  return "?";
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& what) { throw api_error(400, param + ": " + what, param); }
+
+void expect(const value& v, kind k, const std::string& param, const char* want) {
+  if (v.k != k && !(k == kind::real && v.k == kind::integer))
+    bad(param, std::string("must be ") + want + ", got " + kind_name(v.k));
+}
+
+double number(const value& v, const std::string& p) {
+  expect(v, kind::real, p, "a number");
+  return std::strtod(v.s.c_str(), nullptr);
+}
+long long integer(const value& v, const std::string& p) {
+  if (v.k != kind::integer) bad(p, std::string("must be an integer, got ") + kind_name(v.k));
+  return std::strtoll(v.s.c_str(), nullptr, 10);
+}
+bool boolean(const value& v, const std::string& p) {
+  expect(v, kind::boolean, p, "a boolean");
+  return v.b;
+}
+const std::string& string(const value& v, const std::string& p) {
+  expect(v, kind::string, p, "a string");
+  return v.s;
+}
+bool present(const value* v) { return v && v->k != kind::null; }
+
+void parse_generation(const value& b, generation_fields& g, bool chat) {
+  if (const auto* m = b.find("model"); present(m)) g.model = string(*m, "model");
+  for (const char* key : {"max_completion_tokens", "max_tokens"})
+    if (const auto* v = b.find(key); present(v)) {
+      const auto n = integer(*v, key);
+      if (n < 1) bad(key, "must be at least 1");
+      g.max_tokens = static_cast<int>(std::min<long long>(n, 1 << 30));
+      break;
+    }
+  if (!chat && g.max_tokens < 0) g.max_tokens = 16; // the OpenAI completions default
+  auto& s = g.sampling;
+  if (const auto* v = b.find("temperature"); present(v)) s.temperature = static_cast<float>(number(*v, "temperature"));
+  if (const auto* v = b.find("top_p"); present(v)) s.top_p = static_cast<float>(number(*v, "top_p"));
+  if (const auto* v = b.find("top_k"); present(v)) s.top_k = static_cast<int>(integer(*v, "top_k"));
+  if (const auto* v = b.find("min_p"); present(v)) s.min_p = static_cast<float>(number(*v, "min_p"));
+  if (const auto* v = b.find("presence_penalty"); present(v)) s.presence_penalty = static_cast<float>(number(*v, "presence_penalty"));
+  if (const auto* v = b.find("frequency_penalty"); present(v)) s.frequency_penalty = static_cast<float>(number(*v, "frequency_penalty"));
+  if (const auto* v = b.find("repetition_penalty"); present(v)) s.repetition_penalty = static_cast<float>(number(*v, "repetition_penalty"));
+  if (s.top_k < 0) s.top_k = 0; // vLLM: -1 means off
+  if (auto err = sampling::validate(s)) {
+    const auto& e = *err;
+    throw api_error(400, e, e.substr(0, e.find_first_of(": ")));
+  }
+  if (const auto* v = b.find("seed"); present(v)) {
+    g.seed = static_cast<std::uint64_t>(integer(*v, "seed"));
+    g.has_seed = true;
+  }
+  if (const auto* v = b.find("stop"); present(v)) {
+    if (v->k == kind::string) g.stop.push_back(v->s);
+    else if (v->k == kind::array) {
+      for (std::size_t i = 0; i < v->items.size(); ++i) g.stop.push_back(string(v->items[i], "stop[" + std::to_string(i) + "]"));
+    } else bad("stop", "must be a string or an array of strings");
+    for (const auto& st : g.stop)
+      if (st.empty()) bad("stop", "stop sequences must not be empty");
+  }
+  if (const auto* v = b.find("n"); present(v) && integer(*v, "n") != 1) bad("n", "only n = 1 is supported by this server");
+  if (const auto* v = b.find("best_of"); present(v) && integer(*v, "best_of") != 1) bad("best_of", "only 1 is supported");
+  if (const auto* v = b.find("logprobs"); present(v)) {
+    const bool on = v->k == kind::boolean ? v->b : (v->k == kind::integer && integer(*v, "logprobs") > 0);
+    if (on) bad("logprobs", "log probabilities are not returned by this build");
+  }
+  if (const auto* v = b.find("top_logprobs"); present(v) && integer(*v, "top_logprobs") > 0)
+    bad("top_logprobs", "log probabilities are not returned by this build");
+  if (const auto* v = b.find("logit_bias"); present(v) && !(v->k == kind::object && v->members.empty()))
+    bad("logit_bias", "not supported by this build");
+  if (const auto* v = b.find("ignore_eos"); present(v)) g.ignore_eos = boolean(*v, "ignore_eos");
+  if (const auto* v = b.find("stream"); present(v)) g.stream = boolean(*v, "stream");
+  if (const auto* v = b.find("stream_options"); present(v)) {
+    expect(*v, kind::object, "stream_options", "an object");
+    if (const auto* u = v->find("include_usage"); present(u)) g.include_usage = boolean(*u, "stream_options.include_usage");
+  }
+  if (const auto* v = b.find("priority"); present(v) && integer(*v, "priority") != 0)
+    bad("priority", "priority scheduling is not enabled on this server");
+}
+
+chat::message parse_message(const value& m, std::size_t i) {
+  const std::string p = "messages[" + std::to_string(i) + "]";
+  expect(m, kind::object, p, "an object");
+  chat::message out;
+  const auto* role = m.find("role");
+  if (!present(role)) bad(p + ".role", "is required");
+  out.role = string(*role, p + ".role");
+  if (out.role == "developer") out.role = "system"; // OpenAI's newer name for system
+  if (out.role != "system" && out.role != "user" && out.role != "assistant" && out.role != "tool")
+    bad(p + ".role", "'" + out.role + "' is not one of system, developer, user, assistant, tool");
+  if (const auto* c = m.find("content"); present(c)) {
+    if (c->k == kind::string) {
+      out.content = c->s;
+    } else if (c->k == kind::array) {
+      std::vector<chat::content_part> parts;
+      for (std::size_t j = 0; j < c->items.size(); ++j) {
+        const std::string pp = p + ".content[" + std::to_string(j) + "]";
+        const auto& part = c->items[j];
+        expect(part, kind::object, pp, "an object");
+        const auto* type = part.find("type");
+        const std::string t = present(type) ? string(*type, pp + ".type") : "";
+        if (t == "text") {
+          const auto* tx = part.find("text");
+          if (!present(tx)) bad(pp + ".text", "is required for a text part");
+          parts.push_back({"text", string(*tx, pp + ".text")});
+        } else if (t == "image_url" || t == "image" || t == "input_image" || t == "input_audio" || t == "video_url" ||
+                   t == "audio_url") {
+          throw api_error(400, pp + ": '" + t + "' content is not supported: this build of k3serve serves text only "
+                          "(the vision tower is not loaded)", pp + ".type", "unsupported_content_type");
+        } else {
+          bad(pp + ".type", "'" + t + "' is not a supported content part type (text)");
+        }
+      }
+      out.parts = std::move(parts);
+    } else {
+      bad(p + ".content", std::string("must be a string or an array of parts, got ") + kind_name(c->k));
+    }
+  } else if (out.role != "assistant") {
+    bad(p + ".content", "is required");
+  }
+  if (const auto* v = m.find("name"); present(v)) out.name = string(*v, p + ".name");
+  if (const auto* v = m.find("tool_call_id"); present(v)) out.tool_call_id = string(*v, p + ".tool_call_id");
+  for (const char* key : {"reasoning_content", "reasoning"})
+    if (const auto* v = m.find(key); present(v)) out.reasoning_content = string(*v, p + "." + key);
+  if (const auto* v = m.find("tool_calls"); present(v)) {
+    expect(*v, kind::array, p + ".tool_calls", "an array");
+    for (std::size_t j = 0; j < v->items.size(); ++j) {
+      const std::string tp = p + ".tool_calls[" + std::to_string(j) + "]";
+      const auto& tc = v->items[j];
+      expect(tc, kind::object, tp, "an object");
+      chat::tool_call call;
+      if (const auto* id = tc.find("id"); present(id)) call.id = string(*id, tp + ".id");
+      const auto* fn = tc.find("function");
+      if (!present(fn)) bad(tp + ".function", "is required");
+      expect(*fn, kind::object, tp + ".function", "an object");
+      const auto* name = fn->find("name");
+      if (!present(name)) bad(tp + ".function.name", "is required");
+      call.name = string(*name, tp + ".function.name");
+      if (const auto* args = fn->find("arguments"); present(args)) call.arguments = string(*args, tp + ".function.arguments");
+      out.tool_calls.push_back(std::move(call));
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+std::string error_json(const api_error& e) {
+  return "{\"error\":{\"message\":" + json::quote(e.message) + ",\"type\":" + json::quote(e.type) +
+         ",\"param\":" + (e.param.empty() ? std::string("null") : json::quote(e.param)) +
+         ",\"code\":" + (e.code.empty() ? std::string("null") : json::quote(e.code)) + "}}";
+}
+
+json::value parse_body(std::string_view body) {
+  try {
+    auto v = json::parse(body);
+    if (!v.is_object()) throw api_error(400, "the request body must be a JSON object", "", "invalid_json");
+    return v;
+  } catch (const json::parse_error& e) {
+    const std::string what = e.what();
+    const bool utf8 = what.find("UTF8") != std::string::npos || what.find("UTF-8") != std::string::npos;
+    throw api_error(400, utf8 ? "the request body is not valid UTF-8" : "the request body is not valid JSON (" + what + ")",
+                    "", utf8 ? "invalid_utf8" : "invalid_json");
+  }
+}
+
+chat_request parse_chat(const json::value& b, bool k3) {
+  chat_request r;
+  parse_generation(b, r.gen, true);
+  const auto* msgs = b.find("messages");
+  if (!present(msgs)) bad("messages", "is required");
+  expect(*msgs, kind::array, "messages", "an array");
+  if (msgs->items.empty()) bad("messages", "must contain at least one message");
+  for (std::size_t i = 0; i < msgs->items.size(); ++i) r.conv.messages.push_back(parse_message(msgs->items[i], i));
+  if (const auto* t = b.find("tools"); present(t)) {
+    expect(*t, kind::array, "tools", "an array");
+    if (!t->items.empty()) {
+      r.conv.tools = *t;
+      r.has_tools = true;
+    }
+  }
+  if (const auto* tc = b.find("tool_choice"); present(tc)) {
+    if (tc->k == kind::object)
+      bad("tool_choice", "a named tool choice needs constrained decoding of the tools channel, which this build lacks; use auto or required");
+    const auto& v = string(*tc, "tool_choice");
+    if (v != "auto" && v != "none" && v != "required") bad("tool_choice", "must be auto, none or required");
+    r.conv.tool_choice = v;
+  }
+  if (const auto* rf = b.find("response_format"); present(rf)) {
+    expect(*rf, kind::object, "response_format", "an object");
+    const auto* type = rf->find("type");
+    const std::string t = present(type) ? string(*type, "response_format.type") : "";
+    if (t != "text" && t != "json_object" && t != "json_schema")
+      bad("response_format.type", "must be text, json_object or json_schema");
+    if (t != "text") r.conv.response_format = *rf;
+  }
+  if (const auto* v = b.find("reasoning_effort"); present(v)) {
+    const auto& e = string(*v, "reasoning_effort");
+    if (e != "low" && e != "high" && e != "max") bad("reasoning_effort", "must be low, high or max for Kimi K3");
+    r.conv.thinking_effort = e;
+  }
+  if (const auto* k = b.find("chat_template_kwargs"); present(k)) {
+    expect(*k, kind::object, "chat_template_kwargs", "an object");
+    for (const char* key : {"thinking", "enable_thinking"})
+      if (const auto* v = k->find(key); present(v)) r.conv.thinking = boolean(*v, std::string("chat_template_kwargs.") + key);
+    if (const auto* v = k->find("thinking_effort"); present(v)) {
+      const auto& e = string(*v, "chat_template_kwargs.thinking_effort");
+      if (e != "low" && e != "high" && e != "max") bad("chat_template_kwargs.thinking_effort", "must be low, high or max");
+      r.conv.thinking_effort = e;
+    }
+  }
+  if (const auto* v = b.find("continue_final_message"); present(v) && boolean(*v, "continue_final_message") && k3)
+    bad("continue_final_message", "Kimi K3's renderer cannot continue a final assistant message");
+  if (const auto* v = b.find("add_generation_prompt"); present(v) && !boolean(*v, "add_generation_prompt"))
+    bad("add_generation_prompt", "false is not supported for generation");
+  if (!k3) r.conv.thinking = false;
+  return r;
+}
+
+completion_request parse_completion(const json::value& b) {
+  completion_request r;
+  parse_generation(b, r.gen, false);
+  const auto* p = b.find("prompt");
+  if (!present(p)) bad("prompt", "is required");
+  if (p->k == kind::string) {
+    r.prompt = p->s;
+  } else if (p->k == kind::array) {
+    if (p->items.size() == 1 && p->items[0].k == kind::string) r.prompt = p->items[0].s;
+    else {
+      for (std::size_t i = 0; i < p->items.size(); ++i) {
+        const auto& x = p->items[i];
+        if (x.k == kind::string) bad("prompt", "only one prompt per request is supported");
+        const auto id = integer(x, "prompt[" + std::to_string(i) + "]");
+        if (id < 0 || id > INT32_MAX) bad("prompt[" + std::to_string(i) + "]", "is not a token id");
+        r.prompt_ids.push_back(static_cast<std::int32_t>(id));
+      }
+      if (r.prompt_ids.empty()) bad("prompt", "must not be empty");
+    }
+  } else {
+    bad("prompt", "must be a string or an array of token ids");
+  }
+  if (const auto* v = b.find("suffix"); present(v)) bad("suffix", "not supported");
+  if (const auto* v = b.find("echo"); present(v) && boolean(*v, "echo")) bad("echo", "not supported");
+  return r;
+}
+
+void check_model(const generation_fields& g, const std::string& served) {
+  if (!g.model.empty() && g.model != served)
+    throw api_error(404, "The model `" + g.model + "` does not exist. This server serves `" + served + "`.", "model",
+                    "model_not_found");
+}
+
+} // namespace k3::net

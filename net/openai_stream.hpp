@@ -1,0 +1,56 @@
+#pragma once
+// Turns the engine's stream events for one request into OpenAI response objects: streaming
+// chunks (chat.completion.chunk / text_completion) and the final non-streaming body. K3 output
+// goes through the XTML parser (reasoning_content, content, tool_calls), Kimi Linear through the
+// K2 parser. Order per OpenAI/vLLM: role chunk, deltas, final chunk with finish_reason, optional
+// usage chunk (choices: []); the transport adds `data:` framing and [DONE].
+// One builder per request, used from one thread at a time.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/request_actor.hpp"
+#include "runtime/chat/output_parser.hpp"
+
+namespace k3::net {
+
+struct stream_setup {
+  std::string id;        ///< chatcmpl-… / cmpl-…
+  std::string model;     ///< served name
+  std::int64_t created = 0;
+  bool chat = true;
+  bool k3 = true;        ///< K3 XTML output (else K2 envelope / raw text for completions)
+  bool thinking = true;  ///< prompt ended inside the think channel
+  bool include_usage = false;
+  std::int64_t prompt_tokens = 0; ///< as reported (K3 chat: without the 3-token opener)
+};
+
+class response_builder {
+public:
+  explicit response_builder(stream_setup s);
+  /// Chunks (JSON objects) to send for this event, in order.
+  [[nodiscard]] std::vector<std::string> on_event(const actors::stream_event& ev);
+  /// The complete non-streaming response (after the finished event).
+  [[nodiscard]] std::string final_body() const;
+  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  [[nodiscard]] const std::string& finish_reason() const noexcept { return finish_; }
+  [[nodiscard]] std::int64_t completion_tokens() const noexcept { return tokens_; }
+  [[nodiscard]] bool failed() const noexcept { return failed_; }
+  [[nodiscard]] const std::string& error_message() const noexcept { return error_; }
+
+private:
+  std::string chunk(const std::string& delta_json, const std::string& finish) const;
+  void add(chat::parse_delta&& d, std::vector<std::string>& out);
+
+  stream_setup s_;
+  std::unique_ptr<chat::k3_output_parser> k3_;
+  std::unique_ptr<chat::k2_output_parser> k2_;
+  bool role_sent_ = false, finished_ = false, failed_ = false;
+  std::string reasoning_, content_, finish_, error_;
+  std::vector<chat::parsed_call> calls_;
+  std::int64_t tokens_ = 0;
+};
+
+} // namespace k3::net

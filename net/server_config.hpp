@@ -1,0 +1,55 @@
+#pragma once
+// `k3 serve` configuration: the vLLM / SGLang launch flags of the deployment guide's plans
+// (plans.md) plus k3serve's own, from the command line and/or a config file with the same keys
+// (`--config FILE`: one `key: value` per line, `#` comments, keys spelled like the flags
+// without the leading dashes). Unknown flags and keys are errors; so is a flag that cannot take
+// effect on this build (tensor / pipeline parallelism without GPUs, an unsupported dtype or
+// quantization) — never silently ignored. validate() names the flag and the value.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace k3::net {
+
+struct server_config {
+  std::string model;                 ///< --model / --model-path; empty: the built-in demo checkpoint
+  std::string served_model_name;     ///< --served-model-name (default: the model dir's name, "k3-demo")
+  std::string host = "127.0.0.1";    ///< --host
+  int port = 8000;                   ///< --port (0: any free port, printed at start)
+  std::vector<std::string> api_keys; ///< --api-key (repeatable or comma list); empty: no auth
+  std::int64_t max_model_len = 0;    ///< --max-model-len / --context-length; 0: min(config, 32768)
+  int max_num_seqs = 0;              ///< --max-num-seqs; 0: what the KV budget allows (≤ 256)
+  int max_num_batched_tokens = 2048; ///< --max-num-batched-tokens
+  int max_queued_requests = 1024;    ///< --max-queued-requests / --max-num-queued-reqs
+  std::int64_t max_queued_tokens = 1 << 22; ///< --max-queued-tokens / --max-num-queued-tokens
+  double gpu_memory_utilization = 0.9;     ///< --gpu-memory-utilization: share of free RAM for KV here
+  std::int64_t kv_cache_memory = 0;  ///< --kv-cache-memory BYTES (overrides the utilisation rule)
+  int tensor_parallel_size = 1;      ///< --tensor-parallel-size / --tp / -tp
+  int pipeline_parallel_size = 1;    ///< --pipeline-parallel-size / --pp / -pp
+  int expert_parallel_size = 0;      ///< --expert-parallel-size / --ep: expert-shard actors
+  int num_redundant_experts = 0;     ///< --num-redundant-experts / --ep-num-redundant-experts
+  std::vector<std::string> remote_shards; ///< --remote-shards host:port,…
+  std::string dtype = "auto";        ///< --dtype auto|bfloat16 (weights as stored)
+  std::string quantization;          ///< --quantization mxfp4 (bf16 experts quantized at load)
+  bool trust_remote_code = false;    ///< accepted: k3serve runs no Python
+  bool enable_chunked_prefill = true;///< always on
+  std::int64_t max_body_bytes = 8 << 20; ///< --max-body-bytes: larger bodies get 413
+  double shutdown_timeout = 30;      ///< --shutdown-timeout seconds to drain on SIGTERM
+  int http_threads = 2;              ///< --http-threads
+  bool null_executor = false;        ///< --null-executor: zero-cost steps (server ceiling benchmark)
+  std::string cache_dir;             ///< --cache-dir for the demo checkpoint (default ~/.cache/k3serve)
+
+  /// Empty if valid; otherwise the message naming the flag.
+  [[nodiscard]] std::string validate() const;
+};
+
+/// Parses flags (argv without the program and subcommand). `--config FILE` is read where it
+/// appears; later flags override earlier ones. Throws std::invalid_argument naming the flag.
+[[nodiscard]] server_config parse_server_args(const std::vector<std::string_view>& args);
+
+/// Applies one `key`/`value` pair (flag name without dashes); throws for unknown keys.
+void apply_option(server_config& c, std::string_view key, std::string_view value, bool has_value);
+
+} // namespace k3::net
