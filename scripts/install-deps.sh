@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config ccache
+  build-essential cmake pkg-config ccache curl
   libcaf-dev libboost-dev libsimdjson-dev catch2 libpcre2-dev
   libopenblas-openmp-dev libbenchmark-dev
 )

@@ -1,0 +1,39 @@
+#pragma once
+// A deliberately small blocking HTTP/1.1 client over a raw socket for the server tests (so the
+// tests do not share code with the server they check): one request per connection
+// ("Connection: close"), chunked responses de-chunked, SSE `data:` payloads split out.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace k3::test {
+
+struct http_response {
+  int status = 0;
+  std::map<std::string, std::string> headers; ///< lower-case names
+  std::string body;                           ///< de-chunked
+  [[nodiscard]] std::vector<std::string> sse_data() const;
+};
+
+/// Sends one request; an empty body sends no Content-Type. Throws std::runtime_error on I/O.
+http_response http_request(int port, const std::string& method, const std::string& target, const std::string& body = "",
+                           const std::vector<std::string>& extra_headers = {});
+
+/// A connection the test can read from partially and then drop (disconnect tests).
+class raw_connection {
+public:
+  explicit raw_connection(int port);
+  ~raw_connection();
+  void send(const std::string& data);
+  /// Reads until `needle` has been seen (or the peer closes); returns everything read.
+  std::string read_until(const std::string& needle);
+  void close();
+
+private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+} // namespace k3::test

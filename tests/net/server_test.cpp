@@ -1,0 +1,258 @@
+// Real HTTP against a real `k3 serve` (the demo model) on 127.0.0.1.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "runtime/chat/json.hpp"
+#include "runtime/model/make_model.hpp"
+#include "tests/model/model_fixture.hpp"
+#include "tests/net/http_client.hpp"
+#include "tests/support/child_process.hpp"
+
+using namespace k3;
+using test::http_request;
+
+namespace {
+
+struct server {
+  explicit server(std::vector<std::string> extra = {}) : dir("srv") {
+    model::make_model({}, dir.str());
+    std::vector<std::string> args = {K3_BINARY, "serve", "--model", dir.str(), "--port", "0", "--served-model-name",
+                                      "Kimi-K3", "--max-model-len", "2048", "--kv-cache-memory", "67108864"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    proc = std::make_unique<test::child_process>(args);
+    port = proc->port_after("127.0.0.1");
+    INFO(proc->line());
+    REQUIRE(port > 0);
+  }
+  test::temp_dir dir;
+  std::unique_ptr<test::child_process> proc;
+  int port = 0;
+};
+
+json::value parse(const std::string& s) { return json::parse(s); }
+
+std::string error_param(const test::http_response& r) {
+  const auto v = parse(r.body);
+  const auto* e = v.find("error");
+  REQUIRE(e != nullptr);
+  REQUIRE(e->find("message") != nullptr);
+  REQUIRE(e->find("type") != nullptr);
+  const auto* p = e->find("param");
+  return p && p->is_string() ? p->s : "";
+}
+
+const std::string chat_hi = R"({"model":"Kimi-K3","messages":[{"role":"user","content":"Hi"}],"max_tokens":6,"temperature":0})";
+
+} // namespace
+
+TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net]") {
+  server s;
+  SECTION("health, models, version, metrics") {
+    CHECK(http_request(s.port, "GET", "/health").status == 200);
+    const auto m = http_request(s.port, "GET", "/v1/models");
+    REQUIRE(m.status == 200);
+    CHECK(parse(m.body).find("data")->items[0].find("id")->s == "Kimi-K3");
+    CHECK(parse(m.body).find("data")->items[0].find("max_model_len")->s == "2048");
+    const auto met = http_request(s.port, "GET", "/metrics");
+    CHECK(met.status == 200);
+    CHECK(met.body.find("k3:num_requests_running") != std::string::npos);
+    CHECK(met.body.find("k3:time_to_first_token_seconds_bucket") != std::string::npos);
+  }
+  SECTION("chat completion, non-streaming") {
+    const auto r = http_request(s.port, "POST", "/v1/chat/completions", chat_hi);
+    REQUIRE(r.status == 200);
+    const auto v = parse(r.body);
+    CHECK(v.find("object")->s == "chat.completion");
+    const auto& ch = v.find("choices")->items.at(0);
+    CHECK(ch.find("finish_reason")->s == "length");
+    CHECK(ch.find("message")->find("role")->s == "assistant");
+    CHECK(v.find("usage")->find("completion_tokens")->s == "6");
+    // Thinking is on by default: six tokens of a random model stay inside the think channel.
+    CHECK(ch.find("message")->find("reasoning_content") != nullptr);
+  }
+  SECTION("chat streaming: role chunk, deltas, finish chunk, usage chunk, [DONE]") {
+    const auto r = http_request(s.port, "POST", "/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"stream":true,"stream_options":{"include_usage":true}})");
+    REQUIRE(r.status == 200);
+    CHECK(r.headers.at("content-type") == "text/event-stream");
+    const auto ev = r.sse_data();
+    REQUIRE(ev.size() >= 4u);
+    CHECK(ev.back() == "[DONE]");
+    const auto first = parse(ev.front());
+    CHECK(first.find("choices")->items[0].find("delta")->find("role")->s == "assistant");
+    const auto usage = parse(ev[ev.size() - 2]);
+    CHECK(usage.find("choices")->items.empty());
+    CHECK(usage.find("usage")->find("completion_tokens")->s == "5");
+    const auto fin = parse(ev[ev.size() - 3]);
+    CHECK(fin.find("choices")->items[0].find("finish_reason")->s == "length");
+    std::string id;
+    for (std::size_t i = 0; i + 1 < ev.size(); ++i) {
+      const auto c = parse(ev[i]);
+      if (id.empty()) id = c.find("id")->s;
+      CHECK(c.find("id")->s == id); // one id for the whole stream
+    }
+  }
+  SECTION("completions, tokenize, detokenize") {
+    const auto r = http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello","max_tokens":4,"temperature":0})");
+    REQUIRE(r.status == 200);
+    CHECK(parse(r.body).find("object")->s == "text_completion");
+    CHECK(parse(r.body).find("usage")->find("prompt_tokens")->s != "0");
+    const auto t = http_request(s.port, "POST", "/tokenize", R"({"prompt":"Hello world"})");
+    REQUIRE(t.status == 200);
+    const auto tv = parse(t.body);
+    std::string arr;
+    for (const auto& x : tv.find("tokens")->items) {
+      if (!arr.empty()) arr += ",";
+      arr += x.s;
+    }
+    const auto d = http_request(s.port, "POST", "/detokenize", "{\"tokens\":[" + arr + "]}");
+    REQUIRE(d.status == 200);
+    CHECK(parse(d.body).find("prompt")->s == "Hello world");
+  }
+  SECTION("bad input: each a 400 naming the field, 404 for the model") {
+    auto post = [&](const std::string& b) { return http_request(s.port, "POST", "/v1/chat/completions", b); };
+    auto r = post(R"({"messages":[{"role":"user","content":"Hi"})");
+    CHECK(r.status == 400);
+    CHECK(r.body.find("not valid JSON") != std::string::npos);
+    r = post(R"({"messages":"hello"})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "messages");
+    r = post(R"({"model":"Kimi-K3"})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "messages");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"temperature":"hot"})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "temperature");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"top_p":0})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "top_p");
+    r = post(R"({"messages":[{"role":"wizard","content":"Hi"}]})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "messages[0].role");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"n":3})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "n");
+    r = post("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}");
+    CHECK(r.status == 400);
+    CHECK(r.body.find("UTF-8") != std::string::npos);
+    r = post(R"({"model":"gpt-4","messages":[{"role":"user","content":"Hi"}]})");
+    CHECK(r.status == 404);
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5000})");
+    CHECK(r.status == 400);
+    CHECK(r.body.find("maximum context length is 2048 tokens") != std::string::npos);
+    CHECK(r.body.find("5000 in the completion") != std::string::npos);
+    r = post(R"({"model":"Kimi-K3","messages":[{"role":"user","content":[{"type":"text","text":"What is in this image?"},{"type":"image_url","image_url":{"url":"https://example.com/photo.jpg"}}]}],"max_tokens":512})");
+    CHECK(r.status == 400);
+    CHECK(r.body.find("serves text only") != std::string::npos);
+    CHECK(http_request(s.port, "GET", "/v1/nothing").status == 404);
+    CHECK(http_request(s.port, "GET", "/v1/chat/completions").status == 405);
+  }
+  SECTION("client disconnect mid-stream cancels the request and frees its cache") {
+    test::raw_connection c(s.port);
+    const std::string body = R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1500,"ignore_eos":true,"stream":true})";
+    c.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body);
+    c.read_until("reasoning_content");
+    c.close();
+    // The next steps see the closed socket; poll the figures (each poll is a real request).
+    bool freed = false;
+    for (int i = 0; i < 2000 && !freed; ++i) {
+      const auto m = http_request(s.port, "GET", "/metrics").body;
+      freed = m.find("k3:kda_state_slots_used{model_name=\"Kimi-K3\"} 0") != std::string::npos &&
+              m.find("k3:http_requests_client_disconnected_total{model_name=\"Kimi-K3\"} 1") != std::string::npos;
+    }
+    CHECK(freed);
+  }
+}
+
+TEST_CASE("server: limits — auth, body size, queue full; drain on SIGTERM", "[net]") {
+  SECTION("API key: 401 without it, /health stays public") {
+    server s({"--api-key", "sekrit"});
+    CHECK(http_request(s.port, "GET", "/health").status == 200);
+    CHECK(http_request(s.port, "GET", "/v1/models").status == 401);
+    CHECK(http_request(s.port, "GET", "/v1/models", "", {"Authorization: Bearer wrong"}).status == 401);
+    CHECK(http_request(s.port, "GET", "/v1/models", "", {"Authorization: Bearer sekrit"}).status == 200);
+  }
+  SECTION("body over the limit is 413; a full queue is 429 with Retry-After") {
+    server s({"--max-body-bytes", "4096", "--max-num-seqs", "1", "--max-queued-requests", "1"});
+    const auto big = http_request(s.port, "POST", "/v1/chat/completions", std::string(8000, ' '));
+    CHECK(big.status == 413);
+    const std::string slow = R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1800,"ignore_eos":true,"stream":true})";
+    test::raw_connection a(s.port), b(s.port);
+    auto req = [&](const std::string& body) {
+      return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n" + body;
+    };
+    a.send(req(slow));
+    a.read_until("reasoning_content"); // running
+    b.send(req(slow));
+    b.read_until("\r\n\r\n"); // admitted (waiting)
+    const auto c = http_request(s.port, "POST", "/v1/chat/completions", slow);
+    CHECK(c.status == 429);
+    CHECK(c.headers.count("retry-after") == 1);
+    CHECK(c.body.find("queue_full") != std::string::npos);
+  }
+  SECTION("SIGTERM drains the in-flight request and exits 0") {
+    server s;
+    test::raw_connection a(s.port);
+    const std::string body = R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":300,"ignore_eos":true,"stream":true})";
+    a.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body);
+    a.read_until("reasoning_content");
+    s.proc->signal(SIGTERM);
+    const auto all = a.read_until("data: [DONE]");
+    CHECK(all.find("\"finish_reason\":\"length\"") != std::string::npos); // finished, not cut
+    CHECK(s.proc->wait() == 0);
+  }
+}
+
+TEST_CASE("server: launch lines — flags that cannot take effect are start-up errors", "[net]") {
+  test::temp_dir d("flags");
+  model::make_model({}, d.str());
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {K3_BINARY, "serve", "--model", d.str(), "--port", "0"});
+    std::string cmd;
+    for (auto& a : args) cmd += "'" + a + "' ";
+    cmd += "2>&1";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[512];
+    std::string first;
+    while (std::fgets(buf, sizeof buf, p)) {
+      out += buf;
+      if (out.find("listening on") != std::string::npos) break;
+    }
+    const int rc = out.find("listening on") != std::string::npos ? 0 : ::pclose(p);
+    if (rc == 0 && out.find("listening on") != std::string::npos) {
+      std::system("pkill -TERM -f 'k3 serve --model' >/dev/null 2>&1");
+      ::pclose(p);
+    }
+    return out;
+  };
+  // Plan A's vLLM line: parses, but TP 8 cannot take effect without GPUs.
+  auto out = run({"--tensor-parallel-size", "8", "--expert-parallel-size", "8", "--max-model-len", "131072", "--dtype", "auto",
+                  "--gpu-memory-utilization", "0.95", "--trust-remote-code"});
+  CHECK(out.find("--tensor-parallel-size 8 cannot take effect") != std::string::npos);
+  // Plan B's SGLang spelling.
+  out = run({"--tp", "16", "--ep", "16", "--context-length", "524288", "--quantization", "mxfp4", "--trust-remote-code",
+             "--host", "127.0.0.1"});
+  CHECK(out.find("--tensor-parallel-size 16 cannot take effect") != std::string::npos);
+  out = run({"--pipeline-parallel-size", "3"});
+  CHECK(out.find("--pipeline-parallel-size 3 cannot take effect") != std::string::npos);
+  out = run({"--dtype", "float16"});
+  CHECK(out.find("--dtype float16 is not supported") != std::string::npos);
+  out = run({"--no-such-flag", "1"});
+  CHECK(out.find("unknown option '--no-such-flag'") != std::string::npos);
+  {
+    std::ofstream(d.str() + "/bad.yaml") << "max-num-seqs: 4\nbogus-key: 1\n";
+    out = run({"--config", d.str() + "/bad.yaml"});
+    CHECK(out.find("bad.yaml:2: unknown option '--bogus-key'") != std::string::npos);
+  }
+  // The same plan with TP 1 starts (EP 2 = two expert-shard actors on this machine).
+  out = run({"--tensor-parallel-size", "1", "--expert-parallel-size", "2", "--max-model-len", "4096", "--dtype", "auto",
+             "--trust-remote-code", "--enable-chunked-prefill"});
+  CHECK(out.find("listening on") != std::string::npos);
+}
