@@ -1,0 +1,67 @@
+// WebSocket endpoint /v1/ws of a real `k3 serve`: several requests on one socket, cancel.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include "runtime/chat/json.hpp"
+#include "runtime/model/make_model.hpp"
+#include "tests/model/model_fixture.hpp"
+#include "tests/support/child_process.hpp"
+
+using namespace k3;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using tcp = boost::asio::ip::tcp;
+
+TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") {
+  test::temp_dir d("ws");
+  model::make_model({}, d.str());
+  test::child_process srv({K3_BINARY, "serve", "--model", d.str(), "--port", "0", "--max-model-len", "2048",
+                           "--kv-cache-memory", "67108864"});
+  const int port = srv.port_after("127.0.0.1");
+  REQUIRE(port > 0);
+  boost::asio::io_context ioc;
+  tcp::resolver res(ioc);
+  websocket::stream<tcp::socket> ws(ioc);
+  boost::asio::connect(ws.next_layer(), res.resolve("127.0.0.1", std::to_string(port)));
+  ws.handshake("127.0.0.1", "/v1/ws");
+  auto send = [&](const std::string& s) { ws.write(boost::asio::buffer(s)); };
+  send(R"({"type":"chat.completions","id":"a","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"stream_options":{"include_usage":true}}})");
+  send(R"({"type":"completions","id":"b","body":{"prompt":"Hello","max_tokens":3,"temperature":0}})");
+  send(R"({"type":"chat.completions","id":"c","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":1500,"ignore_eos":true}})");
+  send(R"({"type":"chat.completions","id":"bad","body":{"messages":[{"role":"user","content":"Hi"}],"temperature":"hot"}})");
+  std::map<std::string, std::vector<json::value>> got;
+  std::map<std::string, bool> done;
+  bool cancelled = false;
+  while (done.size() < 3 || !got.count("bad")) {
+    beast::flat_buffer buf;
+    ws.read(buf);
+    auto v = json::parse(beast::buffers_to_string(buf.data()));
+    const std::string id = v.find("request_id")->s;
+    if (v.find("done")) done[id] = true;
+    else got[id].push_back(std::move(v));
+    if (id == "c" && !cancelled && got["c"].size() >= 3) {
+      send(R"({"type":"cancel","id":"c"})");
+      cancelled = true;
+    }
+  }
+  // a: role chunk first, finish_reason length, then the usage chunk.
+  REQUIRE(got["a"].size() >= 3u);
+  CHECK(got["a"].front().find("choices")->items[0].find("delta")->find("role")->s == "assistant");
+  CHECK(got["a"].back().find("usage")->find("completion_tokens")->s == "5");
+  CHECK(got["a"][got["a"].size() - 2].find("choices")->items[0].find("finish_reason")->s == "length");
+  // b: a text completion stream.
+  CHECK(got["b"].back().find("object")->s == "text_completion");
+  CHECK(got["b"].back().find("choices")->items[0].find("finish_reason")->s == "length");
+  // c: cancelled long before its 1500 tokens.
+  CHECK(got["c"].back().find("choices")->items[0].find("finish_reason")->s == "abort");
+  CHECK(got["c"].size() < 100u);
+  // bad: an OpenAI error object naming the field, the socket stays usable.
+  REQUIRE(got["bad"].size() == 1u);
+  CHECK(got["bad"][0].find("error")->find("param")->s == "temperature");
+  ws.close(websocket::close_code::normal);
+}
