@@ -1,0 +1,69 @@
+// Conformance of `k3 serve` with the official OpenAI SDK (npm `openai`).
+// usage: node openai_conformance.mjs BASE_URL API_KEY MODEL
+import OpenAI from 'openai';
+
+const [base, key, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: base, apiKey: key, maxRetries: 0 });
+let failed = 0;
+const check = (name, ok, info = '') => {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name}${ok ? '' : ' ' + info}`);
+  if (!ok) failed++;
+};
+
+// models
+const models = await client.models.list();
+check('models.list', models.data.length === 1 && models.data[0].id === model, JSON.stringify(models.data));
+
+// chat, non-streaming
+const c = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0,
+});
+check('chat.completions.create', c.object === 'chat.completion' && c.choices[0].message.role === 'assistant' &&
+  c.usage.completion_tokens === 8 && c.choices[0].finish_reason === 'length', JSON.stringify(c));
+
+// chat, streaming with usage
+const stream = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 6, temperature: 0, stream: true,
+  stream_options: { include_usage: true },
+});
+let chunks = 0, finish = null, usage = null, role = null;
+for await (const ch of stream) {
+  chunks++;
+  if (ch.choices.length && ch.choices[0].delta.role) role = ch.choices[0].delta.role;
+  if (ch.choices.length && ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+  if (ch.usage) usage = ch.usage;
+}
+check('chat stream + include_usage', role === 'assistant' && finish === 'length' && usage && usage.completion_tokens === 6,
+  JSON.stringify({ chunks, role, finish, usage }));
+
+// completions
+const t = await client.completions.create({ model, prompt: 'Hello', max_tokens: 5, temperature: 0 });
+check('completions.create', t.object === 'text_completion' && t.usage.completion_tokens === 5, JSON.stringify(t));
+const ts = await client.completions.create({ model, prompt: 'Hello', max_tokens: 3, temperature: 0, stream: true });
+let tn = 0;
+for await (const ch of ts) tn++;
+check('completions stream', tn >= 2, String(tn));
+
+// errors come back as typed SDK errors with status and the OpenAI error body
+async function expectError(name, fn, status, param) {
+  try {
+    await fn();
+    check(name, false, 'no error');
+  } catch (e) {
+    check(name, e instanceof OpenAI.APIError && e.status === status && (param === undefined || e.param === param),
+      `${e.status} ${e.param} ${e.message}`);
+  }
+}
+await expectError('404 unknown model', () => client.chat.completions.create({
+  model: 'nope', messages: [{ role: 'user', content: 'x' }] }), 404, 'model');
+await expectError('400 bad field', () => client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'x' }], temperature: 'hot' }), 400, 'temperature');
+await expectError('400 context length', () => client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1000000 }), 400, 'max_tokens');
+await expectError('400 image part', () => client.chat.completions.create({
+  model, messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this image?' },
+    { type: 'image_url', image_url: { url: 'https://example.com/photo.jpg' } }] }] }), 400);
+const bad = new OpenAI({ baseURL: base, apiKey: 'wrong', maxRetries: 0 });
+await expectError('401 wrong key', () => bad.models.list(), 401);
+
+process.exit(failed ? 1 : 0);
