@@ -17,6 +17,7 @@
 
 #include "bench/kernel_bench.hpp"
 #include "bench/engine_bench.hpp"
+#include "bench/serve_bench.hpp"
 #include "bench/model_bench.hpp"
 #include "kernels/common/cpu_features.hpp"
 
@@ -39,6 +40,8 @@ void usage(FILE* out) {
              "                [--kda-heads H] [--seconds S] [--isa scalar|avx2|avx512]\n"
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
+             "  bench serve   --url URL [--num-prompts N] [--request-rate R | --max-concurrency C]\n"
+             "                [--input-len L] [--output-len M] [--model NAME] [--api-key K]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
              "  tokenize      (--model DIR [--special] | --tiktoken FILE --pattern P) [--decode]\n"
              "  serve         [--model DIR] [--host H --port P ...]   OpenAI-compatible server (--help)\n"
@@ -67,6 +70,35 @@ int bench_main(const std::vector<std::string_view>& args) {
       return k3::app::bench_tokenizer_main({args.begin() + 1, args.end()});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "k3 bench tokenizer: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (!args.empty() && args[0] == "serve") {
+    k3::bench::serve_bench_options so;
+    try {
+      for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string_view a = args[i];
+        if (i + 1 >= args.size()) throw std::invalid_argument(std::string(a) + " needs a value");
+        const std::string v(args[++i]);
+        double x = 0;
+        auto num = [&](double lo) {
+          if (!parse_number(v, x) || x < lo) throw std::invalid_argument(std::string(a) + " expects a number >= " + std::to_string(lo));
+          return x;
+        };
+        if (a == "--url" || a == "--base-url") so.url = v;
+        else if (a == "--model") so.model = v;
+        else if (a == "--api-key") so.api_key = v;
+        else if (a == "--num-prompts") so.num_prompts = static_cast<int>(num(1));
+        else if (a == "--request-rate") so.request_rate = v == "inf" ? 0 : num(0);
+        else if (a == "--max-concurrency") so.max_concurrency = static_cast<int>(num(1));
+        else if (a == "--input-len" || a == "--random-input-len") so.input_len = static_cast<int>(num(1));
+        else if (a == "--output-len" || a == "--random-output-len") so.output_len = static_cast<int>(num(1));
+        else if (a == "--seed") so.seed = static_cast<unsigned>(num(0));
+        else throw std::invalid_argument("unknown option '" + std::string(a) + "'");
+      }
+      return k3::bench::run_serve_benchmark(so);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 bench serve: %s\n", e.what());
       return 2;
     }
   }
