@@ -3,9 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <caf/io/all.hpp>
 
@@ -14,67 +11,27 @@
 #include "runtime/model/generate.hpp"
 #include "runtime/model/model.hpp"
 #include "tests/model/model_fixture.hpp"
-
-extern char** environ;
+#include "tests/support/child_process.hpp"
 
 using namespace k3;
 
-namespace {
-
-/// A child process whose first stdout line is read back; killed on destruction.
-class child {
-public:
-  explicit child(std::vector<std::string> args) {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-    char buf[512] = {};
-    if (std::fgets(buf, sizeof buf, out_)) line_ = buf;
-  }
-  ~child() {
-    ::kill(pid_, SIGTERM);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    if (out_) std::fclose(out_);
-  }
-  [[nodiscard]] const std::string& line() const { return line_; }
-  [[nodiscard]] std::uint16_t port() const {
-    const auto at = line_.find("127.0.0.1:");
-    return at == std::string::npos ? 0 : static_cast<std::uint16_t>(std::atoi(line_.c_str() + at + 10));
-  }
-
-private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-  std::string line_;
-};
-
-} // namespace
 
 TEST_CASE("actors: two k3 shard processes give exactly the single-process logits", "[actors][remote]") {
   test::temp_dir d("remote");
   model::make_model(test::tiny_options(model::family::kimi_k3), d.str()); // 6 experts
-  child a({K3_BINARY, "shard", "--model", d.str(), "--experts", "0-2", "--listen", "0"});
-  child b({K3_BINARY, "shard", "--model", d.str(), "--experts", "3-5", "--listen", "0"});
+  test::child_process a({K3_BINARY, "shard", "--model", d.str(), "--experts", "0-2", "--listen", "0"});
+  test::child_process b({K3_BINARY, "shard", "--model", d.str(), "--experts", "3-5", "--listen", "0"});
   INFO(a.line() << b.line());
-  REQUIRE(a.port() != 0);
-  REQUIRE(b.port() != 0);
+  const auto pa = static_cast<std::uint16_t>(a.port_after("127.0.0.1"));
+  const auto pb = static_cast<std::uint16_t>(b.port_after("127.0.0.1"));
+  REQUIRE(pa != 0);
+  REQUIRE(pb != 0);
 
   caf::actor_system_config cfg;
   llm_engine::add_types(cfg);
   caf::actor_system sys{cfg};
   std::vector<actors::shard_ref> refs;
-  for (auto port : {a.port(), b.port()}) {
+  for (auto port : {pa, pb}) {
     auto h = sys.middleman().remote_actor<actors::shard_actor>("127.0.0.1", port);
     REQUIRE(h);
     caf::scoped_actor self{sys};
@@ -118,7 +75,7 @@ TEST_CASE("actors: two k3 shard processes give exactly the single-process logits
   o.model_dir = d.str();
   o.kv_memory_bytes = 16 << 20;
   o.max_model_len = 256;
-  o.remote_shards = {"127.0.0.1:" + std::to_string(a.port()), "127.0.0.1:" + std::to_string(b.port())};
+  o.remote_shards = {"127.0.0.1:" + std::to_string(pa), "127.0.0.1:" + std::to_string(pb)};
   auto eng = llm_engine::start(sys, o);
   std::mutex mu;
   std::condition_variable cv;
