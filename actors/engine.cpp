@@ -127,14 +127,16 @@ llm_engine::llm_engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 llm_engine::~llm_engine() {
   if (!impl_) return;
-  // Stop the scheduler (it stops its stream actor's requests); shards go with it.
+  // Stop the scheduler first: it ends open requests with shutting_down and waits for a step in
+  // flight (which may still need the shards and the model), then the shards.
   caf::anon_send_exit(impl_->sched, caf::exit_reason::user_shutdown);
+  {
+    caf::scoped_actor self{impl_->sys};
+    self->wait_for(impl_->sched);
+  }
   if (impl_->dispatcher)
     for (std::size_t i = 0; i < impl_->local_shards.size(); ++i)
       caf::anon_send_exit(impl_->dispatcher->shard(i), caf::exit_reason::user_shutdown);
-  // Wait for the scheduler so no step runs on the model after we release it.
-  caf::scoped_actor self{impl_->sys};
-  self->wait_for(impl_->sched);
   impl_->m->set_expert_dispatcher(nullptr);
 }
 

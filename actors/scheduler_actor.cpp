@@ -14,6 +14,8 @@ struct scheduler_state {
   std::unordered_map<engine::request_id, request_actor> clients;
   std::unordered_map<caf::actor_addr, engine::request_id> by_addr;
   bool in_flight = false;
+  bool stopping = false;
+  caf::error stop_reason;
   std::int64_t restarts = 0;
   std::int64_t policy_ns = 0, deliver_ns = 0;
   static inline const char* name = "k3.scheduler";
@@ -43,6 +45,10 @@ void deliver(self_ptr self, const std::vector<engine::token_event>& events) {
 
 void kick(self_ptr self) {
   auto& st = self->state;
+  if (st.stopping) {
+    if (!st.in_flight) self->quit(st.stop_reason);
+    return;
+  }
   deliver(self, st.sched->take_cancelled());
   if (st.in_flight || !st.sched->has_work()) return;
   const auto t0 = now_ns();
@@ -84,6 +90,19 @@ scheduler_actor::behavior_type scheduler_fun(self_ptr self, std::shared_ptr<engi
   st.kv.reset(new engine::kv_manager(std::move(*kv_shared)));
   st.sched = std::make_unique<engine::scheduler>(st.cfg.scheduler, *st.kv);
   st.stream = st.cfg.make_stream();
+  // Shutdown: every open request ends with shutting_down; a step in flight is waited for first
+  // (the stream reads the KV pools this actor owns, so they must outlive it).
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    auto& s = self->state;
+    s.stopping = true;
+    s.stop_reason = em.reason;
+    for (auto& [id, client] : s.clients)
+      self->send(client, token_atom::value,
+                 engine::token_event{id, -1, true, "error", engine::errc::shutting_down, "the engine is shutting down"});
+    s.clients.clear();
+    s.by_addr.clear();
+    if (!s.in_flight) self->quit(em.reason);
+  });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     auto it = s.by_addr.find(dm.source);

@@ -314,3 +314,27 @@ TEST_CASE("actors: a crashed expert shard fails only the steps that needed it an
   CHECK(eng->stats().shard_restarts >= 1);
   CHECK(eng->shards()[0] != before[0]);
 }
+
+TEST_CASE("actors: destroying the engine ends open requests with shutting_down", "[actors]") {
+  test::temp_dir d("shutdown");
+  model::make_model(test::tiny_options(model::family::kimi_linear), d.str());
+  system_fixture f;
+  collector col;
+  {
+    engine_options o;
+    o.model_dir = d.str();
+    o.kv_memory_bytes = 16 << 20;
+    o.max_model_len = 4096;
+    o.null_executor = false;
+    auto eng = llm_engine::start(f.sys, o);
+    generation_params gp;
+    gp.max_tokens = 4000;
+    gp.ignore_eos = true;
+    REQUIRE(eng->submit({1, 2, 3}, gp, col.sink()).ok());
+  } // ~llm_engine
+  col.wait(1);
+  const auto runs = col.runs();
+  REQUIRE(runs.size() == 1u);
+  CHECK(runs.begin()->second.error == engine::errc::shutting_down);
+  CHECK(runs.begin()->second.tokens.size() < 4000u);
+}
