@@ -86,6 +86,10 @@ using plan_ptr = std::shared_ptr<engine::batch_plan>;
 
 namespace k3::sampling {
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
+  return f(caf::meta::type_name("token_logprob"), x.id, x.logprob);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, params& x) {
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p, x.presence_penalty,
            x.frequency_penalty, x.repetition_penalty, x.top_logprobs);
@@ -100,11 +104,12 @@ typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
-  return f(caf::meta::type_name("token_event"), x.id, x.token, x.finished, x.finish_reason, x.error, x.message);
+  return f(caf::meta::type_name("token_event"), x.id, x.token, x.logprob, x.top, x.finished, x.finish_reason, x.error,
+           x.message);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step, x.tokens, x.error, x.message);
+  return f(caf::meta::type_name("step_result"), x.step, x.tokens, x.logprobs, x.tops, x.error, x.message);
 }
 } // namespace k3::engine
 

@@ -43,6 +43,8 @@ request_actor::behavior_type request_fun(request_actor::stateful_pointer<request
         stream_event out;
         out.id = ev.id;
         out.token = ev.token;
+        out.logprob = ev.logprob;
+        out.top = ev.top;
         out.finished = ev.finished;
         out.finish_reason = ev.finish_reason;
         out.error = ev.error;

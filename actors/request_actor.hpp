@@ -19,6 +19,8 @@ namespace k3::actors {
 struct stream_event {
   engine::request_id id = 0;
   std::int32_t token = -1;      ///< -1 on an event that only ends the stream
+  float logprob = 0.0f;         ///< raw log-probability of token
+  std::vector<sampling::token_logprob> top; ///< alternatives, when top_logprobs was asked
   std::string text;             ///< new complete UTF-8 text (may be empty)
   bool finished = false;
   std::string finish_reason;    ///< "stop", "length", "cancelled", "error"

@@ -128,6 +128,8 @@ struct http_server::impl {
     p.setup.chat = chat;
     p.setup.k3 = k3;
     p.setup.include_usage = g.include_usage;
+    p.setup.logprobs = g.logprobs;
+    p.setup.tokenizer = &eng.tokenizer();
     p.setup.prompt_tokens = reported_prompt;
     return p;
   }

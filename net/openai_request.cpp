@@ -84,11 +84,21 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
   if (const auto* v = b.find("n"); present(v) && integer(*v, "n") != 1) bad("n", "only n = 1 is supported by this server");
   if (const auto* v = b.find("best_of"); present(v) && integer(*v, "best_of") != 1) bad("best_of", "only 1 is supported");
   if (const auto* v = b.find("logprobs"); present(v)) {
-    const bool on = v->k == kind::boolean ? v->b : (v->k == kind::integer && integer(*v, "logprobs") > 0);
-    if (on) bad("logprobs", "log probabilities are not returned by this build");
+    if (chat) {
+      g.logprobs = boolean(*v, "logprobs");
+    } else { // completions: logprobs = N alternatives (0..5 in OpenAI; up to 20 here)
+      const auto n = integer(*v, "logprobs");
+      if (n < 0 || n > 20) bad("logprobs", "must be in [0, 20]");
+      g.logprobs = true;
+      s.top_logprobs = static_cast<int>(n);
+    }
   }
-  if (const auto* v = b.find("top_logprobs"); present(v) && integer(*v, "top_logprobs") > 0)
-    bad("top_logprobs", "log probabilities are not returned by this build");
+  if (const auto* v = b.find("top_logprobs"); present(v)) {
+    const auto n = integer(*v, "top_logprobs");
+    if (n < 0 || n > 20) bad("top_logprobs", "must be in [0, 20]");
+    if (n > 0 && !g.logprobs) bad("top_logprobs", "needs logprobs: true");
+    s.top_logprobs = static_cast<int>(n);
+  }
   if (const auto* v = b.find("logit_bias"); present(v) && !(v->k == kind::object && v->members.empty()))
     bad("logit_bias", "not supported by this build");
   if (const auto* v = b.find("ignore_eos"); present(v)) g.ignore_eos = boolean(*v, "ignore_eos");

@@ -39,6 +39,7 @@ struct generation_fields {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;
+  bool logprobs = false;  ///< chat: logprobs=true; completions: logprobs=N (then top N)
   std::string model;
 };
 

@@ -1,6 +1,7 @@
 #include "net/openai_stream.hpp"
 
 #include "runtime/chat/json.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace k3::net {
 
@@ -11,15 +12,99 @@ response_builder::response_builder(stream_setup s) : s_(std::move(s)) {
   }
 }
 
-std::string response_builder::chunk(const std::string& delta_json, const std::string& finish) const {
+namespace {
+
+std::string token_text(const tok::kimi_tokenizer* t, std::int32_t id, std::string* bytes_json) {
+  std::string raw;
+  try {
+    raw = t ? std::string(t->bpe().token_bytes(id)) : std::to_string(id);
+  } catch (const std::out_of_range&) { // an id the tokenizer does not know (model vocab is larger)
+    raw = "<|token_" + std::to_string(id) + "|>";
+  }
+  if (bytes_json) {
+    *bytes_json = "[";
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (i) *bytes_json += ",";
+      *bytes_json += std::to_string(static_cast<unsigned char>(raw[i]));
+    }
+    *bytes_json += "]";
+  }
+  return utf8::sanitize(raw);
+}
+
+std::string num(float v) { return json::python_float_repr(static_cast<double>(v)); }
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ",";
+    out += v[i];
+  }
+  return out;
+}
+
+} // namespace
+
+void response_builder::note_logprobs(const actors::stream_event& ev) {
+  if (!s_.logprobs || ev.token < 0) return;
+  std::string bytes;
+  const std::string text = token_text(s_.tokenizer, ev.token, &bytes);
+  if (s_.chat) {
+    std::string tops;
+    for (const auto& t : ev.top) {
+      std::string b;
+      const std::string tt = token_text(s_.tokenizer, t.id, &b);
+      if (!tops.empty()) tops += ",";
+      tops += "{\"token\":" + json::quote(tt) + ",\"logprob\":" + num(t.logprob) + ",\"bytes\":" + b + "}";
+    }
+    pending_entries_.push_back("{\"token\":" + json::quote(text) + ",\"logprob\":" + num(ev.logprob) + ",\"bytes\":" + bytes +
+                               ",\"top_logprobs\":[" + tops + "]}");
+  } else {
+    std::string tops;
+    for (const auto& t : ev.top) {
+      if (!tops.empty()) tops += ",";
+      tops += json::quote(token_text(s_.tokenizer, t.id, nullptr)) + ":" + num(t.logprob);
+    }
+    pend_tok_.push_back(json::quote(text));
+    pend_lp_.push_back(num(ev.logprob));
+    pend_top_.push_back("{" + tops + "}");
+    pend_off_.push_back(text_offset_);
+  }
+}
+
+std::string response_builder::take_logprobs() {
+  if (!s_.logprobs) return "null";
+  if (s_.chat) {
+    const std::string out = "{\"content\":[" + join(pending_entries_) + "]}";
+    all_entries_.insert(all_entries_.end(), pending_entries_.begin(), pending_entries_.end());
+    pending_entries_.clear();
+    return out;
+  }
+  std::string offs;
+  for (std::size_t i = 0; i < pend_off_.size(); ++i) offs += (i ? "," : "") + std::to_string(pend_off_[i]);
+  const std::string out = "{\"tokens\":[" + join(pend_tok_) + "],\"token_logprobs\":[" + join(pend_lp_) +
+                          "],\"top_logprobs\":[" + join(pend_top_) + "],\"text_offset\":[" + offs + "]}";
+  all_tok_.insert(all_tok_.end(), pend_tok_.begin(), pend_tok_.end());
+  all_lp_.insert(all_lp_.end(), pend_lp_.begin(), pend_lp_.end());
+  all_top_.insert(all_top_.end(), pend_top_.begin(), pend_top_.end());
+  all_off_.insert(all_off_.end(), pend_off_.begin(), pend_off_.end());
+  pend_tok_.clear();
+  pend_lp_.clear();
+  pend_top_.clear();
+  pend_off_.clear();
+  return out;
+}
+
+std::string response_builder::chunk(const std::string& delta_json, const std::string& finish) {
   const std::string fin = finish.empty() ? "null" : json::quote(finish);
+  const std::string lp = take_logprobs(); // pending token entries ride on the next chunk
   if (!s_.chat)
     return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"text_completion\",\"created\":" + std::to_string(s_.created) +
            ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"text\":" + delta_json +
-           ",\"logprobs\":null,\"finish_reason\":" + fin + "}]}";
+           ",\"logprobs\":" + lp + ",\"finish_reason\":" + fin + "}]}";
   return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"chat.completion.chunk\",\"created\":" +
          std::to_string(s_.created) + ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"delta\":" +
-         delta_json + ",\"logprobs\":null,\"finish_reason\":" + fin + "}]}";
+         delta_json + ",\"logprobs\":" + lp + ",\"finish_reason\":" + fin + "}]}";
 }
 
 static std::string call_json(const chat::parsed_call& c, std::size_t index, const std::string& req_id) {
@@ -46,6 +131,7 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
   std::vector<std::string> out;
   if (finished_) return out;
   if (ev.token >= 0) ++tokens_;
+  note_logprobs(ev);
   if (s_.chat && !role_sent_) {
     out.push_back(chunk("{\"role\":\"assistant\",\"content\":\"\"}", ""));
     role_sent_ = true;
@@ -56,6 +142,7 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
     add(std::move(d), out);
   } else if (!ev.text.empty()) {
     content_ += ev.text;
+    text_offset_ += static_cast<std::int64_t>(ev.text.size());
     out.push_back(chunk(json::quote(ev.text), ""));
   }
   if (ev.finished) {
@@ -80,10 +167,27 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
 std::string response_builder::final_body() const {
   const std::string usage = "{\"prompt_tokens\":" + std::to_string(s_.prompt_tokens) + ",\"completion_tokens\":" +
                             std::to_string(tokens_) + ",\"total_tokens\":" + std::to_string(s_.prompt_tokens + tokens_) + "}";
+  std::string lp = "null";
+  if (s_.logprobs && s_.chat) {
+    auto all = all_entries_;
+    all.insert(all.end(), pending_entries_.begin(), pending_entries_.end());
+    lp = "{\"content\":[" + join(all) + "]}";
+  } else if (s_.logprobs) {
+    auto cat = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return join(a);
+    };
+    std::string offs;
+    auto off = all_off_;
+    off.insert(off.end(), pend_off_.begin(), pend_off_.end());
+    for (std::size_t i = 0; i < off.size(); ++i) offs += (i ? "," : "") + std::to_string(off[i]);
+    lp = "{\"tokens\":[" + cat(all_tok_, pend_tok_) + "],\"token_logprobs\":[" + cat(all_lp_, pend_lp_) +
+         "],\"top_logprobs\":[" + cat(all_top_, pend_top_) + "],\"text_offset\":[" + offs + "]}";
+  }
   if (!s_.chat)
     return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"text_completion\",\"created\":" + std::to_string(s_.created) +
            ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"text\":" + json::quote(content_) +
-           ",\"logprobs\":null,\"finish_reason\":" + json::quote(finish_) + "}],\"usage\":" + usage + "}";
+           ",\"logprobs\":" + lp + ",\"finish_reason\":" + json::quote(finish_) + "}],\"usage\":" + usage + "}";
   std::string msg = "{\"role\":\"assistant\",\"content\":";
   // Truncated inside the think channel: everything is reasoning, content stays null (never leak).
   msg += content_.empty() && (!reasoning_.empty() || !calls_.empty()) ? "null" : json::quote(content_);
@@ -100,7 +204,7 @@ std::string response_builder::final_body() const {
   msg += "}";
   return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"chat.completion\",\"created\":" + std::to_string(s_.created) +
          ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"message\":" + msg +
-         ",\"logprobs\":null,\"finish_reason\":" + json::quote(finish_) + "}],\"usage\":" + usage + "}";
+         ",\"logprobs\":" + lp + ",\"finish_reason\":" + json::quote(finish_) + "}],\"usage\":" + usage + "}";
 }
 
 } // namespace k3::net

@@ -13,6 +13,7 @@
 
 #include "actors/request_actor.hpp"
 #include "runtime/chat/output_parser.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
 
 namespace k3::net {
 
@@ -24,6 +25,8 @@ struct stream_setup {
   bool k3 = true;        ///< K3 XTML output (else K2 envelope / raw text for completions)
   bool thinking = true;  ///< prompt ended inside the think channel
   bool include_usage = false;
+  bool logprobs = false;          ///< report per-token log-probabilities
+  const tok::kimi_tokenizer* tokenizer = nullptr; ///< token text for logprobs
   std::int64_t prompt_tokens = 0; ///< as reported (K3 chat: without the 3-token opener)
 };
 
@@ -41,7 +44,9 @@ public:
   [[nodiscard]] const std::string& error_message() const noexcept { return error_; }
 
 private:
-  std::string chunk(const std::string& delta_json, const std::string& finish) const;
+  std::string chunk(const std::string& delta_json, const std::string& finish);
+  void note_logprobs(const actors::stream_event& ev);
+  [[nodiscard]] std::string take_logprobs(); ///< pending entries as this chunk's logprobs JSON
   void add(chat::parse_delta&& d, std::vector<std::string>& out);
 
   stream_setup s_;
@@ -51,6 +56,11 @@ private:
   std::string reasoning_, content_, finish_, error_;
   std::vector<chat::parsed_call> calls_;
   std::int64_t tokens_ = 0;
+  // logprobs: chat entries, or the completions arrays; pending_* not yet attached to a chunk
+  std::vector<std::string> pending_entries_, all_entries_;
+  std::vector<std::string> pend_tok_, pend_lp_, pend_top_, all_tok_, all_lp_, all_top_;
+  std::vector<std::int64_t> pend_off_, all_off_;
+  std::int64_t text_offset_ = 0;
 };
 
 } // namespace k3::net

@@ -15,7 +15,10 @@ step_result model_executor::run(const batch_plan& plan) {
       if (!plan.entries[i].sample) continue;
       const auto row = out.last(i);
       row_.assign(row.begin(), row.end());
-      r.tokens.push_back(plan.entries[i].sampler->sample(row_).token);
+      auto res = plan.entries[i].sampler->sample(row_);
+      r.tokens.push_back(res.token);
+      r.logprobs.push_back(res.logprob);
+      r.tops.push_back(std::move(res.top));
     }
   } catch (const std::exception& ex) {
     r.tokens.clear();

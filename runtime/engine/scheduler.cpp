@@ -57,7 +57,13 @@ bool scheduler::cancel(request_id id) {
     return true;
   }
   finish(id);
-  cancelled_events_.push_back({id, -1, true, "cancelled", errc::cancelled, "cancelled by the client"});
+  token_event ev;
+  ev.id = id;
+  ev.finished = true;
+  ev.finish_reason = "cancelled";
+  ev.error = errc::cancelled;
+  ev.message = "cancelled by the client";
+  cancelled_events_.push_back(std::move(ev));
   return true;
 }
 
@@ -175,7 +181,13 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     // The step failed: every request in it ends with the error (their state is unknown).
     for (const auto& e : plan.entries) {
       if (!recs_.count(e.id)) continue;
-      events.push_back({e.id, -1, true, "error", res.error, res.message});
+      token_event ev;
+      ev.id = e.id;
+      ev.finished = true;
+      ev.finish_reason = "error";
+      ev.error = res.error;
+      ev.message = res.message;
+      events.push_back(std::move(ev));
       finish(e.id);
       ++stats_.requests_finished;
     }
@@ -185,6 +197,7 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
   std::size_t k = 0;
   for (const auto& e : plan.entries) {
     auto it = recs_.find(e.id);
+    const std::size_t ri = k;
     const std::int32_t tok = e.sample && k < res.tokens.size() ? res.tokens[k] : -1;
     if (e.sample) ++k;
     if (it == recs_.end()) continue;
@@ -194,7 +207,11 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     r.tokens.push_back(tok);
     ++r.num_output;
     r.sampler->accept(tok);
-    token_event ev{e.id, tok, false, "", errc::none, ""};
+    token_event ev;
+    ev.id = e.id;
+    ev.token = tok;
+    if (ri < res.logprobs.size()) ev.logprob = res.logprobs[ri];
+    if (ri < res.tops.size()) ev.top = res.tops[ri];
     const bool stop = !r.spec.ignore_eos &&
                       std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), tok) != r.spec.stop_ids.end();
     if (stop || r.num_output >= r.spec.max_tokens ||
@@ -211,7 +228,13 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
   for (auto id : std::exchange(cancel_in_flight_, {})) {
     if (!recs_.count(id)) continue;
     finish(id);
-    events.push_back({id, -1, true, "cancelled", errc::cancelled, "cancelled by the client"});
+    token_event ev;
+    ev.id = id;
+    ev.finished = true;
+    ev.finish_reason = "cancelled";
+    ev.error = errc::cancelled;
+    ev.message = "cancelled by the client";
+    events.push_back(std::move(ev));
   }
   return events;
 }

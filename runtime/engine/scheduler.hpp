@@ -77,10 +77,13 @@ struct batch_plan {
   [[nodiscard]] bool empty() const noexcept { return entries.empty(); }
 };
 
-/// What the executor returns: one token per sampled entry, in plan order.
+/// What the executor returns: one token per sampled entry, in plan order, with its raw
+/// log-probability and (when the request asked for top_logprobs) the most likely alternatives.
 struct step_result {
   std::uint64_t step = 0;
   std::vector<std::int32_t> tokens;
+  std::vector<float> logprobs;                              ///< parallel to tokens (may be empty)
+  std::vector<std::vector<sampling::token_logprob>> tops;   ///< parallel to tokens (may be empty)
   errc error = errc::none;
   std::string message;
 };
@@ -88,6 +91,8 @@ struct step_result {
 struct token_event {
   request_id id = 0;
   std::int32_t token = -1; ///< -1 when the event only ends the request
+  float logprob = 0.0f;    ///< raw log-probability of token
+  std::vector<sampling::token_logprob> top; ///< top_logprobs alternatives (if requested)
   bool finished = false;
   std::string finish_reason; ///< "stop", "length", "cancelled", "error"
   errc error = errc::none;

@@ -95,6 +95,34 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
       CHECK(c.find("id")->s == id); // one id for the whole stream
     }
   }
+  SECTION("logprobs: chat content entries with top alternatives; completions arrays") {
+    const auto r = http_request(s.port, "POST", "/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"logprobs":true,"top_logprobs":3})");
+    REQUIRE(r.status == 200);
+    const auto v = parse(r.body);
+    const auto& entries = v.find("choices")->items[0].find("logprobs")->find("content")->items;
+    REQUIRE(entries.size() == 4u);
+    for (const auto& e : entries) {
+      const double lp = std::strtod(e.find("logprob")->s.c_str(), nullptr);
+      CHECK(lp <= 0.0);
+      const auto& top = e.find("top_logprobs")->items;
+      REQUIRE(top.size() == 3u);
+      // Greedy: the chosen token is the most likely one.
+      CHECK(std::strtod(top[0].find("logprob")->s.c_str(), nullptr) == Approx(lp).margin(1e-6));
+      CHECK(!e.find("bytes")->items.empty());
+    }
+    const auto c = http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello","max_tokens":3,"temperature":0,"logprobs":2})");
+    REQUIRE(c.status == 200);
+    const auto cv = parse(c.body);
+    const auto* lp = cv.find("choices")->items[0].find("logprobs");
+    CHECK(lp->find("tokens")->items.size() == 3u);
+    CHECK(lp->find("token_logprobs")->items.size() == 3u);
+    CHECK(lp->find("top_logprobs")->items[0].members.size() == 2u);
+    const auto bad = http_request(s.port, "POST", "/v1/chat/completions",
+                                  R"({"messages":[{"role":"user","content":"Hi"}],"top_logprobs":3})");
+    CHECK(bad.status == 400);
+    CHECK(error_param(bad) == "top_logprobs");
+  }
   SECTION("completions, tokenize, detokenize") {
     const auto r = http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello","max_tokens":4,"temperature":0})");
     REQUIRE(r.status == 200);

@@ -36,6 +36,13 @@ for await (const ch of stream) {
 check('chat stream + include_usage', role === 'assistant' && finish === 'length' && usage && usage.completion_tokens === 6,
   JSON.stringify({ chunks, role, finish, usage }));
 
+// logprobs through the SDK
+const lp = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 3, temperature: 0, logprobs: true, top_logprobs: 2,
+});
+check('chat logprobs', lp.choices[0].logprobs.content.length === 3 &&
+  lp.choices[0].logprobs.content.every((e) => e.logprob <= 0 && e.top_logprobs.length === 2), JSON.stringify(lp.choices[0].logprobs));
+
 // completions
 const t = await client.completions.create({ model, prompt: 'Hello', max_tokens: 5, temperature: 0 });
 check('completions.create', t.object === 'text_completion' && t.usage.completion_tokens === 5, JSON.stringify(t));
