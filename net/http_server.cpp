@@ -75,6 +75,7 @@ struct http_server::impl {
     generation_params gp;
     stream_setup setup;
     bool stream = false;
+    int n = 1;
   };
 
   prepared prepare(const std::string& target, const json::value& body) {
@@ -122,6 +123,7 @@ struct http_server::impl {
     p.gp.ignore_eos = g.ignore_eos;
     p.gp.stop = g.stop;
     p.stream = g.stream;
+    p.n = g.n;
     p.setup.id = new_id(chat ? "chatcmpl" : "cmpl");
     p.setup.model = served;
     p.setup.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -237,6 +239,7 @@ private:
       const auto* body = msg.find("body");
       if (!body || !body->is_object()) throw api_error(400, "body: must be the request object", "body");
       auto p = core_.prepare(t == "chat.completions" ? "/v1/chat/completions" : "/v1/completions", *body);
+      if (p.n != 1) throw api_error(400, "n: n > 1 is served over HTTP; send one WebSocket request per choice", "n");
       auto builder = std::make_shared<response_builder>(p.setup);
       auto self = shared_from_this();
       auto ex = ws_.get_executor();
@@ -386,21 +389,37 @@ private:
 
   void generate(const std::string& target) {
     auto p = core_.prepare(target, parse_body(req_.body()));
-    builder_ = std::make_shared<response_builder>(p.setup);
     streaming_ = p.stream;
+    include_usage_ = p.setup.include_usage;
     prompt_tokens_ = p.setup.prompt_tokens;
     t0_ = last_ = clock_t_::now();
+    builders_.clear();
+    req_ids_.clear();
     auto self = shared_from_this();
     auto ex = stream_.get_executor();
-    auto r = core_.eng.submit(std::move(p.prompt), p.gp, [self, ex](const stream_event& ev) {
-      asio::post(ex, [self, ev] { self->on_event(ev); });
-    });
-    if (!r.ok()) {
-      core_.metrics.rejected(r.error == engine::errc::queue_full ? "queue_full" : engine::to_string(r.error));
-      throw http_server::impl::submit_error(r);
+    for (int i = 0; i < p.n; ++i) {
+      auto setup = p.setup;
+      setup.index = i;
+      setup.include_usage = p.n == 1 && p.setup.include_usage; // n > 1: one combined usage chunk
+      builders_.push_back(std::make_shared<response_builder>(setup));
+      auto gp = p.gp;
+      gp.seed = p.gp.seed + static_cast<std::uint64_t>(i); // distinct samples per choice
+      auto r = core_.eng.submit(p.prompt, gp, [self, ex, i](const stream_event& ev) {
+        asio::post(ex, [self, ev, i] { self->on_event(static_cast<std::size_t>(i), ev); });
+      });
+      if (!r.ok()) {
+        for (auto id : req_ids_) core_.eng.cancel(id); // their events end as aborted and are ignored
+        abandoned_ = !req_ids_.empty();
+        open_ = static_cast<int>(req_ids_.size());
+        if (abandoned_) keep_alive_ = false; // their late events must not meet a next request
+
+        core_.metrics.rejected(r.error == engine::errc::queue_full ? "queue_full" : engine::to_string(r.error));
+        throw http_server::impl::submit_error(r);
+      }
+      ++core_.active;
+      req_ids_.push_back(r.id);
     }
-    ++core_.active;
-    req_id_ = r.id;
+    open_ = p.n;
     generating_ = true;
     if (streaming_) {
       write_raw("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -427,35 +446,51 @@ private:
     if (!generating_ || cancelled_) return;
     cancelled_ = true;
     core_.metrics.disconnected();
-    core_.eng.cancel(req_id_);
+    for (auto id : req_ids_) core_.eng.cancel(id);
   }
 
-  void on_event(const stream_event& ev) {
+  void on_event(std::size_t i, const stream_event& ev) {
     const auto now = clock_t_::now();
+    if (abandoned_) { // the request was rejected after some choices were submitted
+      if (ev.finished) {
+        --core_.active;
+        if (--open_ == 0) abandoned_ = false;
+      }
+      return;
+    }
+    auto& b = *builders_.at(i);
     if (ev.token >= 0) {
-      if (builder_->completion_tokens() == 0) core_.metrics.first_token(std::chrono::duration<double>(now - t0_).count());
+      if (b.completion_tokens() == 0) core_.metrics.first_token(std::chrono::duration<double>(now - t0_).count());
       else core_.metrics.inter_token(std::chrono::duration<double>(now - last_).count());
       last_ = now;
     }
-    auto chunks = builder_->on_event(ev);
-    if (streaming_)
+    auto chunks = b.on_event(ev);
+    if (streaming_ && !cancelled_)
       for (auto& c : chunks) write_raw(sse(c));
     if (!ev.finished) return;
-    generating_ = false;
     --core_.active;
-    core_.metrics.request_finished(cancelled_ ? "abort" : builder_->failed() ? "error" : builder_->finish_reason(),
-                                   prompt_tokens_, builder_->completion_tokens(), std::chrono::duration<double>(now - t0_).count());
+    core_.metrics.request_finished(cancelled_ ? "abort" : b.failed() ? "error" : b.finish_reason(), i == 0 ? prompt_tokens_ : 0,
+                                   b.completion_tokens(), std::chrono::duration<double>(now - t0_).count());
+    if (--open_ > 0) return;
+    generating_ = false;
     if (cancelled_) return close();
+    std::vector<const response_builder*> all;
+    std::string failure;
+    for (const auto& x : builders_) {
+      all.push_back(x.get());
+      if (x->failed() && failure.empty()) failure = x->error_message();
+    }
     if (streaming_) {
-      if (builder_->failed()) write_raw(sse(error_json(api_error(500, builder_->error_message(), "", "internal_error"))));
+      if (!failure.empty()) write_raw(sse(error_json(api_error(500, failure, "", "internal_error"))));
+      else if (include_usage_ && all.size() > 1) write_raw(sse(response_builder::usage_chunk(all)));
       write_raw(sse("[DONE]"));
       write_raw("0\r\n\r\n");
       after_writes_ = true;
       maybe_continue();
-    } else if (builder_->failed()) {
-      reply_error(api_error(500, builder_->error_message(), "", "internal_error"));
+    } else if (!failure.empty()) {
+      reply_error(api_error(500, failure, "", "internal_error"));
     } else {
-      reply(200, builder_->final_body());
+      reply(200, response_builder::merged_body(all));
     }
   }
 
@@ -482,7 +517,7 @@ private:
     else close();
   }
   void reset_and_read() {
-    builder_.reset();
+    builders_.clear();
     cancelled_ = false;
     stream_.socket().cancel(); // stop the disconnect watch
     read();
@@ -515,8 +550,10 @@ private:
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> req_;
   bool keep_alive_ = true, streaming_ = false, generating_ = false, cancelled_ = false, after_writes_ = false;
-  std::shared_ptr<response_builder> builder_;
-  engine::request_id req_id_ = 0;
+  bool include_usage_ = false, abandoned_ = false;
+  int open_ = 0;
+  std::vector<std::shared_ptr<response_builder>> builders_;
+  std::vector<engine::request_id> req_ids_;
   std::int64_t prompt_tokens_ = 0;
   clock_t_::time_point t0_, last_;
   std::deque<std::string> out_;

@@ -81,7 +81,11 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
     for (const auto& st : g.stop)
       if (st.empty()) bad("stop", "stop sequences must not be empty");
   }
-  if (const auto* v = b.find("n"); present(v) && integer(*v, "n") != 1) bad("n", "only n = 1 is supported by this server");
+  if (const auto* v = b.find("n"); present(v)) {
+    const auto n = integer(*v, "n");
+    if (n < 1 || n > 16) bad("n", "must be in [1, 16]");
+    g.n = static_cast<int>(n);
+  }
   if (const auto* v = b.find("best_of"); present(v) && integer(*v, "best_of") != 1) bad("best_of", "only 1 is supported");
   if (const auto* v = b.find("logprobs"); present(v)) {
     if (chat) {

@@ -40,6 +40,7 @@ struct generation_fields {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;  ///< chat: logprobs=true; completions: logprobs=N (then top N)
+  int n = 1;              ///< choices per request (1..16)
   std::string model;
 };
 

@@ -100,10 +100,10 @@ std::string response_builder::chunk(const std::string& delta_json, const std::st
   const std::string lp = take_logprobs(); // pending token entries ride on the next chunk
   if (!s_.chat)
     return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"text_completion\",\"created\":" + std::to_string(s_.created) +
-           ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"text\":" + delta_json +
+           ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":" + std::to_string(s_.index) + ",\"text\":" + delta_json +
            ",\"logprobs\":" + lp + ",\"finish_reason\":" + fin + "}]}";
   return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"chat.completion.chunk\",\"created\":" +
-         std::to_string(s_.created) + ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"delta\":" +
+         std::to_string(s_.created) + ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":" + std::to_string(s_.index) + ",\"delta\":" +
          delta_json + ",\"logprobs\":" + lp + ",\"finish_reason\":" + fin + "}]}";
 }
 
@@ -164,9 +164,35 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
   return out;
 }
 
-std::string response_builder::final_body() const {
-  const std::string usage = "{\"prompt_tokens\":" + std::to_string(s_.prompt_tokens) + ",\"completion_tokens\":" +
-                            std::to_string(tokens_) + ",\"total_tokens\":" + std::to_string(s_.prompt_tokens + tokens_) + "}";
+std::string response_builder::final_body() const { return merged_body({this}); }
+
+std::string response_builder::merged_body(const std::vector<const response_builder*>& cs) {
+  const auto& s0 = cs.front()->s_;
+  std::int64_t gen = 0;
+  std::string choices;
+  for (const auto* c : cs) {
+    gen += c->tokens_;
+    if (!choices.empty()) choices += ",";
+    choices += c->choice_json();
+  }
+  const std::string usage = "{\"prompt_tokens\":" + std::to_string(s0.prompt_tokens) + ",\"completion_tokens\":" +
+                            std::to_string(gen) + ",\"total_tokens\":" + std::to_string(s0.prompt_tokens + gen) + "}";
+  return "{\"id\":" + json::quote(s0.id) + ",\"object\":\"" + (s0.chat ? "chat.completion" : "text_completion") +
+         "\",\"created\":" + std::to_string(s0.created) + ",\"model\":" + json::quote(s0.model) + ",\"choices\":[" +
+         choices + "],\"usage\":" + usage + "}";
+}
+
+std::string response_builder::usage_chunk(const std::vector<const response_builder*>& cs) {
+  const auto& s0 = cs.front()->s_;
+  std::int64_t gen = 0;
+  for (const auto* c : cs) gen += c->tokens_;
+  return "{\"id\":" + json::quote(s0.id) + ",\"object\":\"" + (s0.chat ? "chat.completion.chunk" : "text_completion") +
+         "\",\"created\":" + std::to_string(s0.created) + ",\"model\":" + json::quote(s0.model) +
+         ",\"choices\":[],\"usage\":{\"prompt_tokens\":" + std::to_string(s0.prompt_tokens) + ",\"completion_tokens\":" +
+         std::to_string(gen) + ",\"total_tokens\":" + std::to_string(s0.prompt_tokens + gen) + "}}";
+}
+
+std::string response_builder::choice_json() const {
   std::string lp = "null";
   if (s_.logprobs && s_.chat) {
     auto all = all_entries_;
@@ -184,10 +210,10 @@ std::string response_builder::final_body() const {
     lp = "{\"tokens\":[" + cat(all_tok_, pend_tok_) + "],\"token_logprobs\":[" + cat(all_lp_, pend_lp_) +
          "],\"top_logprobs\":[" + cat(all_top_, pend_top_) + "],\"text_offset\":[" + offs + "]}";
   }
+  const std::string idx = std::to_string(s_.index);
   if (!s_.chat)
-    return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"text_completion\",\"created\":" + std::to_string(s_.created) +
-           ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"text\":" + json::quote(content_) +
-           ",\"logprobs\":" + lp + ",\"finish_reason\":" + json::quote(finish_) + "}],\"usage\":" + usage + "}";
+    return "{\"index\":" + idx + ",\"text\":" + json::quote(content_) + ",\"logprobs\":" + lp +
+           ",\"finish_reason\":" + json::quote(finish_) + "}";
   std::string msg = "{\"role\":\"assistant\",\"content\":";
   // Truncated inside the think channel: everything is reasoning, content stays null (never leak).
   msg += content_.empty() && (!reasoning_.empty() || !calls_.empty()) ? "null" : json::quote(content_);
@@ -202,9 +228,8 @@ std::string response_builder::final_body() const {
     msg += "]";
   }
   msg += "}";
-  return "{\"id\":" + json::quote(s_.id) + ",\"object\":\"chat.completion\",\"created\":" + std::to_string(s_.created) +
-         ",\"model\":" + json::quote(s_.model) + ",\"choices\":[{\"index\":0,\"message\":" + msg +
-         ",\"logprobs\":" + lp + ",\"finish_reason\":" + json::quote(finish_) + "}],\"usage\":" + usage + "}";
+  return "{\"index\":" + idx + ",\"message\":" + msg + ",\"logprobs\":" + lp + ",\"finish_reason\":" +
+         json::quote(finish_) + "}";
 }
 
 } // namespace k3::net

@@ -25,6 +25,7 @@ struct stream_setup {
   bool k3 = true;        ///< K3 XTML output (else K2 envelope / raw text for completions)
   bool thinking = true;  ///< prompt ended inside the think channel
   bool include_usage = false;
+  int index = 0;                  ///< choice index (n > 1: one builder per choice)
   bool logprobs = false;          ///< report per-token log-probabilities
   const tok::kimi_tokenizer* tokenizer = nullptr; ///< token text for logprobs
   std::int64_t prompt_tokens = 0; ///< as reported (K3 chat: without the 3-token opener)
@@ -37,6 +38,12 @@ public:
   [[nodiscard]] std::vector<std::string> on_event(const actors::stream_event& ev);
   /// The complete non-streaming response (after the finished event).
   [[nodiscard]] std::string final_body() const;
+  /// This builder's choice object of the non-streaming response.
+  [[nodiscard]] std::string choice_json() const;
+  /// Non-streaming response of n choices (builders in index order; usage summed).
+  [[nodiscard]] static std::string merged_body(const std::vector<const response_builder*>& choices);
+  /// The include_usage chunk for n choices.
+  [[nodiscard]] static std::string usage_chunk(const std::vector<const response_builder*>& choices);
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   [[nodiscard]] const std::string& finish_reason() const noexcept { return finish_; }
   [[nodiscard]] std::int64_t completion_tokens() const noexcept { return tokens_; }

@@ -123,6 +123,31 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
     CHECK(bad.status == 400);
     CHECK(error_param(bad) == "top_logprobs");
   }
+  SECTION("n > 1: one choice per index, usage summed, streamed choices interleave") {
+    const auto r = http_request(s.port, "POST", "/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"n":3,"temperature":1.0,"seed":5})");
+    REQUIRE(r.status == 200);
+    const auto v = parse(r.body);
+    const auto& ch = v.find("choices")->items;
+    REQUIRE(ch.size() == 3u);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(ch[i].find("index")->s == std::to_string(i));
+    CHECK(v.find("usage")->find("completion_tokens")->s == "12");
+    const auto st = http_request(s.port, "POST", "/v1/completions",
+                                 R"({"prompt":"Hi","max_tokens":3,"n":2,"stream":true,"stream_options":{"include_usage":true}})");
+    const auto ev = st.sse_data();
+    REQUIRE(ev.size() >= 3u);
+    CHECK(ev.back() == "[DONE]");
+    CHECK(parse(ev[ev.size() - 2]).find("usage")->find("completion_tokens")->s == "6");
+    int finals[2] = {0, 0};
+    for (std::size_t i = 0; i + 2 < ev.size(); ++i) {
+      const auto c = parse(ev[i]);
+      const auto& choice = c.find("choices")->items.at(0);
+      if (choice.find("finish_reason")->is_string()) ++finals[std::stoi(choice.find("index")->s)];
+    }
+    CHECK(finals[0] == 1);
+    CHECK(finals[1] == 1);
+    CHECK(http_request(s.port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"n":0})").status == 400);
+  }
   SECTION("completions, tokenize, detokenize") {
     const auto r = http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello","max_tokens":4,"temperature":0})");
     REQUIRE(r.status == 200);
@@ -160,7 +185,7 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
     r = post(R"({"messages":[{"role":"wizard","content":"Hi"}]})");
     CHECK(r.status == 400);
     CHECK(error_param(r) == "messages[0].role");
-    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"n":3})");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"n":99})");
     CHECK(r.status == 400);
     CHECK(error_param(r) == "n");
     r = post("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}");

@@ -43,6 +43,10 @@ const lp = await client.chat.completions.create({
 check('chat logprobs', lp.choices[0].logprobs.content.length === 3 &&
   lp.choices[0].logprobs.content.every((e) => e.logprob <= 0 && e.top_logprobs.length === 2), JSON.stringify(lp.choices[0].logprobs));
 
+// n > 1
+const nn = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 2, n: 2 });
+check('chat n=2', nn.choices.length === 2 && nn.choices[1].index === 1 && nn.usage.completion_tokens === 4, JSON.stringify(nn.usage));
+
 // completions
 const t = await client.completions.create({ model, prompt: 'Hello', max_tokens: 5, temperature: 0 });
 check('completions.create', t.object === 'text_completion' && t.usage.completion_tokens === 5, JSON.stringify(t));
