@@ -288,7 +288,7 @@ private:
 
 class http_session : public std::enable_shared_from_this<http_session> {
 public:
-  http_session(tcp::socket&& s, http_server::impl& core) : stream_(std::move(s)), core_(core) {}
+  http_session(tcp::socket&& s, http_server::impl& core) : stream_(std::move(s)), core_(core), ping_(stream_.get_executor()) {}
   void run() { read(); }
 
 private:
@@ -424,8 +424,19 @@ private:
     if (streaming_) {
       write_raw("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                 "Transfer-Encoding: chunked\r\nConnection: " + std::string(keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n");
+      arm_ping();
     }
     watch_disconnect();
+  }
+
+  /// SSE comment lines while nothing else is sent (a long prefill): proxies keep the stream open.
+  void arm_ping() {
+    ping_.expires_after(std::chrono::seconds(15));
+    ping_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->generating_ || self->cancelled_) return;
+      if (clock_t_::now() - self->last_write_ >= std::chrono::seconds(15)) self->write_raw(chunk_frame(": ping\n\n"));
+      self->arm_ping();
+    });
   }
 
   /// The peer closing its side makes the socket readable with no data: cancel.
@@ -473,6 +484,7 @@ private:
                                    b.completion_tokens(), std::chrono::duration<double>(now - t0_).count());
     if (--open_ > 0) return;
     generating_ = false;
+    ping_.cancel();
     if (cancelled_) return close();
     std::vector<const response_builder*> all;
     std::string failure;
@@ -495,6 +507,7 @@ private:
   }
 
   void write_raw(std::string s) {
+    last_write_ = clock_t_::now();
     out_.push_back(std::move(s));
     if (out_.size() == 1) write_next();
   }
@@ -555,7 +568,8 @@ private:
   std::vector<std::shared_ptr<response_builder>> builders_;
   std::vector<engine::request_id> req_ids_;
   std::int64_t prompt_tokens_ = 0;
-  clock_t_::time_point t0_, last_;
+  clock_t_::time_point t0_, last_, last_write_;
+  asio::steady_timer ping_;
   std::deque<std::string> out_;
 };
 
