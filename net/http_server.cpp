@@ -13,8 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
-#include "net/openai_request.hpp"
-#include "net/openai_stream.hpp"
+#include "net/frontend.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
 
@@ -29,130 +28,13 @@ using clock_t_ = std::chrono::steady_clock;
 
 // ---- shared server state -------------------------------------------------------------------
 
-struct http_server::impl {
+struct http_server::impl : frontend {
   impl(llm_engine& e, server_config c, std::string name)
-      : eng(e), cfg(std::move(c)), served(std::move(name)), ioc(cfg.http_threads), acceptor(ioc),
-        signals(ioc, SIGTERM, SIGINT), k3(e.config().fam == model::family::kimi_k3) {}
-  llm_engine& eng;
-  server_config cfg;
-  std::string served;
+      : frontend(e, std::move(c), std::move(name)), ioc(cfg.http_threads), acceptor(ioc), signals(ioc, SIGTERM, SIGINT) {}
   asio::io_context ioc;
   tcp::acceptor acceptor;
   asio::signal_set signals;
-  server_metrics metrics;
-  std::atomic<bool> draining{false};
-  std::atomic<int> active{0};
-  std::atomic<std::uint64_t> ids{0};
-  bool k3;
   std::uint16_t bound_port = 0;
-
-  std::string new_id(const char* prefix) {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%s-%016llx%04llx", prefix, static_cast<unsigned long long>(rng()),
-                  static_cast<unsigned long long>(ids++ & 0xffff));
-    return buf;
-  }
-
-  /// Constant-time comparison of the bearer token against every configured key.
-  bool authorized(std::string_view header) const {
-    if (cfg.api_keys.empty()) return true;
-    constexpr std::string_view bearer = "Bearer ";
-    if (header.substr(0, bearer.size()) != bearer) return false;
-    const auto got = header.substr(bearer.size());
-    bool ok = false;
-    for (const auto& k : cfg.api_keys) {
-      unsigned diff = static_cast<unsigned>(got.size() ^ k.size());
-      for (std::size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i]) ^ static_cast<unsigned>(i < got.size() ? got[i] : 0);
-      ok |= diff == 0;
-    }
-    return ok;
-  }
-
-  /// Everything a generation request needs before submit: ids, builder setup, prompt.
-  struct prepared {
-    std::vector<std::int32_t> prompt;
-    generation_params gp;
-    stream_setup setup;
-    bool stream = false;
-    int n = 1;
-  };
-
-  prepared prepare(const std::string& target, const json::value& body) {
-    prepared p;
-    const bool chat = target == "/v1/chat/completions";
-    generation_fields g;
-    std::int64_t reported_prompt = 0;
-    if (chat) {
-      auto r = parse_chat(body, k3);
-      check_model(r.gen, served);
-      std::vector<tok::segment> segs;
-      try {
-        segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
-      } catch (const chat::render_error& e) {
-        throw api_error(400, e.what(), "messages");
-      }
-      p.prompt = eng.tokenizer().encode(segs);
-      reported_prompt = static_cast<std::int64_t>(p.prompt.size()) - (k3 ? chat::k3_generation_opener_tokens : 0);
-      p.setup.thinking = k3 && r.conv.thinking;
-      g = std::move(r.gen);
-    } else {
-      auto r = parse_completion(body);
-      check_model(r.gen, served);
-      p.prompt = r.prompt_ids.empty() ? eng.tokenizer().encode(r.prompt, false) : r.prompt_ids;
-      for (std::size_t i = 0; i < p.prompt.size(); ++i)
-        if (p.prompt[i] >= eng.config().vocab)
-          throw api_error(400, "prompt[" + std::to_string(i) + "]: token id " + std::to_string(p.prompt[i]) +
-                               " is outside the vocabulary", "prompt");
-      if (p.prompt.empty()) throw api_error(400, "prompt: encodes to no tokens", "prompt");
-      reported_prompt = static_cast<std::int64_t>(p.prompt.size());
-      g = std::move(r.gen);
-    }
-    const std::int64_t ctx = max_model_len();
-    const auto n = static_cast<std::int64_t>(p.prompt.size());
-    std::int64_t want = g.max_tokens < 0 ? ctx - n : g.max_tokens;
-    if (n + std::max<std::int64_t>(want, 1) > ctx)
-      throw api_error(400, "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
-                           std::to_string(n + std::max<std::int64_t>(want, 1)) + " tokens (" + std::to_string(n) +
-                           " in the prompt, " + std::to_string(std::max<std::int64_t>(want, 1)) +
-                           " in the completion). Please reduce the prompt or max_tokens.",
-                      g.max_tokens < 0 ? "messages" : "max_tokens", "context_length_exceeded");
-    p.gp.max_tokens = static_cast<int>(want);
-    p.gp.sampling = g.sampling;
-    p.gp.seed = g.has_seed ? g.seed : std::random_device{}();
-    p.gp.ignore_eos = g.ignore_eos;
-    p.gp.stop = g.stop;
-    p.stream = g.stream;
-    p.n = g.n;
-    p.setup.id = new_id(chat ? "chatcmpl" : "cmpl");
-    p.setup.model = served;
-    p.setup.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    p.setup.chat = chat;
-    p.setup.k3 = k3;
-    p.setup.include_usage = g.include_usage;
-    p.setup.logprobs = g.logprobs;
-    p.setup.tokenizer = &eng.tokenizer();
-    p.setup.prompt_tokens = reported_prompt;
-    return p;
-  }
-
-  std::int64_t max_model_len() const { return resolved_max_model_len; }
-  std::int64_t resolved_max_model_len = 4096;
-
-  static api_error submit_error(const submit_result& r) {
-    switch (r.error) {
-    case engine::errc::queue_full: return api_error(429, "The server is busy: " + r.message + ". Retry later.", "", "queue_full");
-    case engine::errc::context_too_long: return api_error(400, r.message, "max_tokens", "context_length_exceeded");
-    case engine::errc::invalid_request: return api_error(400, r.message, "", "invalid_request");
-    case engine::errc::shutting_down: return api_error(503, "The server is shutting down.", "", "shutting_down");
-    default: return api_error(500, r.message, "", "internal_error");
-    }
-  }
-
-  std::string models_json() const {
-    return "{\"object\":\"list\",\"data\":[{\"id\":" + json::quote(served) + ",\"object\":\"model\",\"created\":0,\"owned_by\":\"k3serve\","
-           "\"root\":" + json::quote(cfg.model) + ",\"parent\":null,\"max_model_len\":" + std::to_string(max_model_len()) + "}]}";
-  }
 };
 
 namespace {
@@ -584,9 +466,7 @@ void do_accept(http_server::impl& core) {
 } // namespace
 
 http_server::http_server(llm_engine& eng, server_config cfg, std::string served)
-    : impl_(std::make_unique<impl>(eng, std::move(cfg), std::move(served))) {
-  impl_->resolved_max_model_len = impl_->cfg.max_model_len;
-}
+    : impl_(std::make_unique<impl>(eng, std::move(cfg), std::move(served))) {}
 
 http_server::~http_server() = default;
 

@@ -153,6 +153,9 @@ std::string server_config::validate() const {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
     return "--gpu-memory-utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization);
   if (shutdown_timeout < 0) return "--shutdown-timeout must be ≥ 0";
+  if (!enable_chunked_prefill)
+    return "--enable-chunked-prefill false cannot take effect: k3serve always splits long prompts into "
+           "--max-num-batched-tokens chunks";
   if (!remote_shards.empty() && expert_parallel_size > 0)
     return "--remote-shards and --expert-parallel-size are exclusive (remote shards define the partition)";
   return "";

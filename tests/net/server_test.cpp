@@ -297,6 +297,8 @@ TEST_CASE("server: launch lines — flags that cannot take effect are start-up e
   CHECK(out.find("--pipeline-parallel-size 3 cannot take effect") != std::string::npos);
   out = run({"--dtype", "float16"});
   CHECK(out.find("--dtype float16 is not supported") != std::string::npos);
+  out = run({"--enable-chunked-prefill", "false"});
+  CHECK(out.find("--enable-chunked-prefill false cannot take effect") != std::string::npos);
   out = run({"--no-such-flag", "1"});
   CHECK(out.find("unknown option '--no-such-flag'") != std::string::npos);
   {
