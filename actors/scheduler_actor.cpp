@@ -97,15 +97,8 @@ scheduler_actor::behavior_type scheduler_fun(self_ptr self, std::shared_ptr<engi
     s.stopping = true;
     s.stop_reason = em.reason;
     for (auto& [id, client] : s.clients)
-    {
-      engine::token_event ev;
-      ev.id = id;
-      ev.finished = true;
-      ev.finish_reason = "error";
-      ev.error = engine::errc::shutting_down;
-      ev.message = "the engine is shutting down";
-      self->send(client, token_atom::value, ev);
-    }
+      self->send(client, token_atom::value,
+                 engine::token_event::ending(id, "error", engine::errc::shutting_down, "the engine is shutting down"));
     s.clients.clear();
     s.by_addr.clear();
     if (!s.in_flight) self->quit(em.reason);

@@ -20,7 +20,7 @@ struct server_config {
   int port = 8000;                   ///< --port (0: any free port, printed at start)
   std::vector<std::string> api_keys; ///< --api-key (repeatable or comma list); empty: no auth
   std::int64_t max_model_len = 0;    ///< --max-model-len / --context-length; 0: min(config, 32768)
-  int max_num_seqs = 0;              ///< --max-num-seqs; 0: what the KV budget allows (≤ 256)
+  int max_num_seqs = 0;              ///< --max-num-seqs; 0: as many as the KV budget holds at max_model_len
   int max_num_batched_tokens = 2048; ///< --max-num-batched-tokens
   int max_queued_requests = 1024;    ///< --max-queued-requests / --max-num-queued-reqs
   std::int64_t max_queued_tokens = 1 << 22; ///< --max-queued-tokens / --max-num-queued-tokens

@@ -98,7 +98,6 @@ int serve_main(const std::vector<std::string_view>& args) {
                            : std::clamp<std::int64_t>(static_cast<std::int64_t>(cfg.gpu_memory_utilization *
                                                                                static_cast<double>(mem_available() - dir_bytes(cfg.model))),
                                                       64ll << 20, 8ll << 30);
-  if (cfg.max_num_seqs == 0) eo.max_num_seqs = 0;
   auto eng = llm_engine::start(sys, eo);
   std::fprintf(stderr, "k3 serve: %s\nk3 serve: %s\n", eng->config().describe().c_str(), eng->sizing_note().c_str());
   cfg.max_model_len = eo.max_model_len;

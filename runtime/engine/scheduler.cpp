@@ -57,13 +57,7 @@ bool scheduler::cancel(request_id id) {
     return true;
   }
   finish(id);
-  token_event ev;
-  ev.id = id;
-  ev.finished = true;
-  ev.finish_reason = "cancelled";
-  ev.error = errc::cancelled;
-  ev.message = "cancelled by the client";
-  cancelled_events_.push_back(std::move(ev));
+  cancelled_events_.push_back(token_event::ending(id, "cancelled", errc::cancelled, "cancelled by the client"));
   return true;
 }
 
@@ -181,13 +175,7 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     // The step failed: every request in it ends with the error (their state is unknown).
     for (const auto& e : plan.entries) {
       if (!recs_.count(e.id)) continue;
-      token_event ev;
-      ev.id = e.id;
-      ev.finished = true;
-      ev.finish_reason = "error";
-      ev.error = res.error;
-      ev.message = res.message;
-      events.push_back(std::move(ev));
+      events.push_back(token_event::ending(e.id, "error", res.error, res.message));
       finish(e.id);
       ++stats_.requests_finished;
     }
@@ -228,13 +216,7 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
   for (auto id : std::exchange(cancel_in_flight_, {})) {
     if (!recs_.count(id)) continue;
     finish(id);
-    token_event ev;
-    ev.id = id;
-    ev.finished = true;
-    ev.finish_reason = "cancelled";
-    ev.error = errc::cancelled;
-    ev.message = "cancelled by the client";
-    events.push_back(std::move(ev));
+    events.push_back(token_event::ending(id, "cancelled", errc::cancelled, "cancelled by the client"));
   }
   return events;
 }

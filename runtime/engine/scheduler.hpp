@@ -97,6 +97,17 @@ struct token_event {
   std::string finish_reason; ///< "stop", "length", "cancelled", "error"
   errc error = errc::none;
   std::string message;
+
+  /// An event that only ends request `id` (no token): cancellation, failure, shutdown.
+  [[nodiscard]] static token_event ending(request_id id, std::string reason, errc e, std::string msg) {
+    token_event ev;
+    ev.id = id;
+    ev.finished = true;
+    ev.finish_reason = std::move(reason);
+    ev.error = e;
+    ev.message = std::move(msg);
+    return ev;
+  }
 };
 
 struct scheduler_stats {

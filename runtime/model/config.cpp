@@ -126,10 +126,6 @@ void parse_quantization(const node& q, model_config& c) {
   const auto format = q.opt_str("format").value_or("");
   if (format != "mxfp4-pack-quantized")
     q.fail("format", "'" + format + "' is not supported (only mxfp4-pack-quantized)");
-  if (auto groups = q.opt_obj("config_groups")) {
-    // Per-group weight settings (compressed-tensors nests them); checked where present.
-    (void)groups;
-  }
   if (auto w = q.opt_obj("weights")) {
     if (auto bits = w->opt_int("num_bits"); bits && *bits != 4) w->fail("num_bits", "must be 4 for MXFP4");
     if (auto gs = w->opt_int("group_size"); gs && *gs != 32) w->fail("group_size", "must be 32 for MXFP4");
@@ -274,7 +270,7 @@ model_config parse_config(std::string_view json_text, const std::string& source)
   if (first_dense < 0) t.fail("first_k_dense_replace", "must be ≥ 0");
   const int freq = t.positive_or("moe_layer_freq", 1);
   c.layer_is_moe.assign(c.num_layers, false);
-  if (auto e = t.opt_int("num_experts")) {
+  if (t.has("num_experts")) {
     c.num_experts = t.positive("num_experts");
     c.top_k = t.positive("num_experts_per_token");
     if (c.top_k > c.num_experts) t.fail("num_experts_per_token", "exceeds num_experts");
@@ -295,7 +291,7 @@ model_config parse_config(std::string_view json_text, const std::string& source)
     }
     if (c.num_experts % c.num_expert_groups) t.fail("num_expert_group", "must divide num_experts");
     if (c.topk_group > c.num_expert_groups) t.fail("topk_group", "exceeds num_expert_group");
-    if (auto rh = t.opt_int("routed_expert_hidden_size")) {
+    if (t.has("routed_expert_hidden_size")) {
       c.routed_hidden = t.positive("routed_expert_hidden_size");
       c.latent_norm = t.opt_bool("latent_moe_use_norm").value_or(false);
     }
@@ -303,7 +299,7 @@ model_config parse_config(std::string_view json_text, const std::string& source)
   if (std::find(c.layer_is_moe.begin(), c.layer_is_moe.end(), false) != c.layer_is_moe.end())
     c.dense_inter = t.positive("intermediate_size");
 
-  if (auto bs = t.opt_int("attn_res_block_size")) c.attn_res_block = t.positive("attn_res_block_size");
+  if (t.has("attn_res_block_size")) c.attn_res_block = t.positive("attn_res_block_size");
 
   if (auto q = outer.opt_obj("quantization_config")) parse_quantization(*q, c);
   else if (auto q2 = t.opt_obj("quantization_config")) parse_quantization(*q2, c);

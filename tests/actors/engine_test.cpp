@@ -100,7 +100,7 @@ TEST_CASE("actors: 32 concurrent greedy requests equal each request run alone", 
   test::rng r(8);
   std::map<engine::request_id, std::pair<std::vector<std::int32_t>, int>> asked;
   for (int i = 0; i < 32; ++i) {
-    const auto prompt = random_prompt(r, 1 + r.below(150), o.max_model_len > 0 ? eng->config().vocab : 0);
+    const auto prompt = random_prompt(r, 1 + r.below(150), eng->config().vocab);
     generation_params gp;
     gp.max_tokens = 1 + r.below(24);
     gp.sampling.temperature = 0;
