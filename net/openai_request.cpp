@@ -1,5 +1,6 @@
 #include "net/openai_request.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace k3::net {
@@ -45,6 +46,22 @@ const std::string& string(const value& v, const std::string& p) {
   return v.s;
 }
 bool present(const value* v) { return v && v->k != kind::null; }
+
+/// Fields both endpoints act on. Every other top-level field (except `user`, OpenAI's opaque
+/// end-user tag) is a 400 naming it: an unknown or misspelt field is never silently dropped.
+constexpr std::string_view common_fields[] = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "seed", "stop", "n", "best_of", "logprobs", "top_logprobs", "logit_bias", "ignore_eos",
+    "stream", "stream_options", "priority"};
+
+void reject_unknown(const value& b, std::initializer_list<std::string_view> endpoint_fields) {
+  for (const auto& [key, v] : b.members) {
+    if (key == "user") continue;
+    const bool known = std::find(std::begin(common_fields), std::end(common_fields), key) != std::end(common_fields) ||
+                       std::find(endpoint_fields.begin(), endpoint_fields.end(), key) != endpoint_fields.end();
+    if (!known) bad(key, "is not a field this server supports");
+  }
+}
 
 void parse_generation(const value& b, generation_fields& g, bool chat) {
   if (const auto* m = b.find("model"); present(m)) g.model = string(*m, "model");
@@ -110,6 +127,9 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
   if (const auto* v = b.find("stream_options"); present(v)) {
     expect(*v, kind::object, "stream_options", "an object");
     if (const auto* u = v->find("include_usage"); present(u)) g.include_usage = boolean(*u, "stream_options.include_usage");
+    for (const auto& [key, x] : v->members)
+      if (key != "include_usage" && !(key == "continuous_usage_stats" && x.k == kind::boolean && !x.b))
+        bad("stream_options." + key, "is not supported (include_usage is)");
   }
   if (const auto* v = b.find("priority"); present(v) && integer(*v, "priority") != 0)
     bad("priority", "priority scheduling is not enabled on this server");
@@ -202,6 +222,8 @@ json::value parse_body(std::string_view body) {
 }
 
 chat_request parse_chat(const json::value& b, bool k3) {
+  reject_unknown(b, {"messages", "max_completion_tokens", "tools", "tool_choice", "response_format", "reasoning_effort",
+                     "chat_template_kwargs", "continue_final_message", "add_generation_prompt"});
   chat_request r;
   parse_generation(b, r.gen, true);
   const auto* msgs = b.find("messages");
@@ -238,6 +260,9 @@ chat_request parse_chat(const json::value& b, bool k3) {
   }
   if (const auto* k = b.find("chat_template_kwargs"); present(k)) {
     expect(*k, kind::object, "chat_template_kwargs", "an object");
+    for (const auto& [key, v] : k->members)
+      if (key != "thinking" && key != "enable_thinking" && key != "thinking_effort")
+        bad("chat_template_kwargs." + key, "is not supported (thinking, enable_thinking, thinking_effort are)");
     for (const char* key : {"thinking", "enable_thinking"})
       if (const auto* v = k->find(key); present(v)) r.conv.thinking = boolean(*v, std::string("chat_template_kwargs.") + key);
     if (const auto* v = k->find("thinking_effort"); present(v)) {
@@ -255,6 +280,7 @@ chat_request parse_chat(const json::value& b, bool k3) {
 }
 
 completion_request parse_completion(const json::value& b) {
+  reject_unknown(b, {"prompt", "suffix", "echo"});
   completion_request r;
   parse_generation(b, r.gen, false);
   const auto* p = b.find("prompt");

@@ -185,6 +185,20 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
     r = post(R"({"messages":[{"role":"wizard","content":"Hi"}]})");
     CHECK(r.status == 400);
     CHECK(error_param(r) == "messages[0].role");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokns":5})"); // a typo is not silently dropped
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "max_tokns");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1,"user":"u-1"})"); // OpenAI's opaque tag
+    CHECK(r.status == 200);
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"continuous_usage_stats":true}})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "stream_options.continuous_usage_stats");
+    r = post(R"({"messages":[{"role":"user","content":"Hi"}],"chat_template_kwargs":{"thinkin":false}})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "chat_template_kwargs.thinkin");
+    r = http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hi","temprature":0})");
+    CHECK(r.status == 400);
+    CHECK(error_param(r) == "temprature");
     r = post(R"({"messages":[{"role":"user","content":"Hi"}],"n":99})");
     CHECK(r.status == 400);
     CHECK(error_param(r) == "n");
