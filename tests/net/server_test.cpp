@@ -134,6 +134,7 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
     CHECK(v.find("usage")->find("completion_tokens")->s == "12");
     const auto st = http_request(s.port, "POST", "/v1/completions",
                                  R"({"prompt":"Hi","max_tokens":3,"n":2,"stream":true,"stream_options":{"include_usage":true}})");
+    INFO("status " << st.status << " body " << st.body);
     const auto ev = st.sse_data();
     REQUIRE(ev.size() >= 3u);
     CHECK(ev.back() == "[DONE]");
@@ -279,25 +280,12 @@ TEST_CASE("server: limits — auth, body size, queue full; drain on SIGTERM", "[
 TEST_CASE("server: launch lines — flags that cannot take effect are start-up errors", "[net]") {
   test::temp_dir d("flags");
   model::make_model({}, d.str());
+  // Each run is its own child process (killed by its destructor): never signal by name, other
+  // tests' servers run in parallel under ctest -j.
   auto run = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {K3_BINARY, "serve", "--model", d.str(), "--port", "0"});
-    std::string cmd;
-    for (auto& a : args) cmd += "'" + a + "' ";
-    cmd += "2>&1";
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[512];
-    std::string first;
-    while (std::fgets(buf, sizeof buf, p)) {
-      out += buf;
-      if (out.find("listening on") != std::string::npos) break;
-    }
-    const int rc = out.find("listening on") != std::string::npos ? 0 : ::pclose(p);
-    if (rc == 0 && out.find("listening on") != std::string::npos) {
-      std::system("pkill -TERM -f 'k3 serve --model' >/dev/null 2>&1");
-      ::pclose(p);
-    }
-    return out;
+    test::child_process p(args, true);
+    return p.read_until("listening on");
   };
   // Plan A's vLLM line: parses, but TP 8 cannot take effect without GPUs.
   auto out = run({"--tensor-parallel-size", "8", "--expert-parallel-size", "8", "--max-model-len", "131072", "--dtype", "auto",

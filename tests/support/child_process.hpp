@@ -18,12 +18,14 @@ namespace k3::test {
 
 class child_process {
 public:
-  explicit child_process(std::vector<std::string> args) {
+  /// merge_stderr: the child's stderr goes to the same pipe (for reading its error messages).
+  explicit child_process(std::vector<std::string> args, bool merge_stderr = false) {
     int fds[2];
     if (::pipe(fds) != 0) return;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    if (merge_stderr) posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -46,6 +48,13 @@ public:
   child_process& operator=(const child_process&) = delete;
 
   [[nodiscard]] const std::string& line() const { return line_; }
+  /// The first line plus further output up to a line containing `needle`, or to EOF.
+  [[nodiscard]] std::string read_until(const std::string& needle) {
+    std::string all = line_;
+    char buf[1024];
+    while (all.find(needle) == std::string::npos && out_ && std::fgets(buf, sizeof buf, out_)) all += buf;
+    return all;
+  }
   /// The port after "HOST:" in the first line, 0 if absent.
   [[nodiscard]] int port_after(const std::string& host) const {
     const auto at = line_.find(host + ":");
