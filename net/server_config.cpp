@@ -108,6 +108,13 @@ void apply_option(server_config& c, std::string_view key, std::string_view v, bo
   else if (key == "http-threads") need(), c.http_threads = static_cast<int>(to_int(key, v, 1, 256));
   else if (key == "null-executor") c.null_executor = to_bool(key, v, has);
   else if (key == "cache-dir") need(), c.cache_dir = str(v);
+  else if (key == "data-parallel-size" || key == "dp" || key == "dp-size") need(), c.data_parallel_size = static_cast<int>(to_int(key, v, 1, 4096));
+  else if (key == "enable-dp-attention") c.enable_dp_attention = to_bool(key, v, has);
+  else if (key == "enable-expert-parallel") c.enable_expert_parallel = to_bool(key, v, has);
+  else if (key == "kv-cache-dtype") need(), c.kv_cache_dtype = str(v);
+  else if (key == "simulate") need(), c.simulate = str(v);
+  else if (key == "simulate-hardware") need(), c.simulate_hardware = str(v);
+  else if (key == "simulate-gpus") need(), c.simulate_gpus = static_cast<int>(to_int(key, v, 1, 1 << 16));
   else throw std::invalid_argument("unknown option '--" + str(key) + "' (see `k3 serve --help`)");
 }
 
@@ -138,7 +145,30 @@ server_config parse_server_args(const std::vector<std::string_view>& args) {
   return c;
 }
 
+std::string server_config::validate_portable() const {
+  if (dtype != "auto" && dtype != "bfloat16" && dtype != "bf16")
+    return "--dtype " + dtype + " is not supported (auto: as stored; bfloat16)";
+  if (!quantization.empty() && quantization != "mxfp4")
+    return "--quantization " + quantization + " is not supported (mxfp4)";
+  if (kv_cache_dtype != "auto" && kv_cache_dtype != "bfloat16" && kv_cache_dtype != "bf16" && kv_cache_dtype != "fp8" &&
+      kv_cache_dtype != "fp8_e4m3")
+    return "--kv-cache-dtype " + kv_cache_dtype + " is not supported (auto, bfloat16, fp8)";
+  if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
+    return "--gpu-memory-utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization);
+  if (!enable_chunked_prefill)
+    return "--enable-chunked-prefill false cannot take effect: k3serve always splits long prompts into "
+           "--max-num-batched-tokens chunks";
+  return "";
+}
+
 std::string server_config::validate() const {
+  if (data_parallel_size > 1 || enable_dp_attention)
+    return "--data-parallel-size / --enable-dp-attention cannot take effect on this CPU build (one engine per process); "
+           "they are accepted in `k3 sim` plans";
+  if (enable_expert_parallel)
+    return "--enable-expert-parallel needs GPUs; on this build use --expert-parallel-size N for expert-shard actors";
+  if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3")
+    return "--kv-cache-dtype " + kv_cache_dtype + " cannot take effect on this CPU build (the MLA cache is bf16); it is accepted in `k3 sim` plans";
   if (tensor_parallel_size > 1)
     return "--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
            " cannot take effect: this build runs the model on the CPU (no CUDA backend yet), so there are no GPUs to split "

@@ -28,6 +28,10 @@ struct server_config {
   std::int64_t kv_cache_memory = 0;  ///< --kv-cache-memory BYTES (overrides the utilisation rule)
   int tensor_parallel_size = 1;      ///< --tensor-parallel-size / --tp / -tp
   int pipeline_parallel_size = 1;    ///< --pipeline-parallel-size / --pp / -pp
+  int data_parallel_size = 1;        ///< --data-parallel-size / --dp / --dp-size (simulated plans only)
+  bool enable_dp_attention = false;  ///< --enable-dp-attention (SGLang; simulated plans only)
+  bool enable_expert_parallel = false; ///< --enable-expert-parallel (vLLM: EP = TP × DP; simulated plans only)
+  std::string kv_cache_dtype = "auto"; ///< --kv-cache-dtype auto|bfloat16|fp8 (fp8: simulated plans only)
   int expert_parallel_size = 0;      ///< --expert-parallel-size / --ep: expert-shard actors
   int num_redundant_experts = 0;     ///< --num-redundant-experts / --ep-num-redundant-experts
   std::vector<std::string> remote_shards; ///< --remote-shards host:port,…
@@ -40,9 +44,14 @@ struct server_config {
   int http_threads = 2;              ///< --http-threads
   bool null_executor = false;        ///< --null-executor: zero-cost steps (server ceiling benchmark)
   std::string cache_dir;             ///< --cache-dir for the demo checkpoint (default ~/.cache/k3serve)
+  std::string simulate;              ///< --simulate PLAN: placeholder tokens at the pace `k3 sim` models for PLAN
+  std::string simulate_hardware;     ///< --simulate-hardware NAME|FILE: override the plan's GPU
+  int simulate_gpus = 0;             ///< --simulate-gpus N: override the plan's GPU count
 
   /// Empty if valid; otherwise the message naming the flag.
   [[nodiscard]] std::string validate() const;
+  /// The checks of validate() that do not depend on running here (what `k3 sim` accepts in a plan).
+  [[nodiscard]] std::string validate_portable() const;
 };
 
 /// Parses flags (argv without the program and subcommand). `--config FILE` is read where it

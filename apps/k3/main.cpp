@@ -2,7 +2,7 @@
 //   serve       OpenAI-compatible HTTP/SSE + WebSocket server
 //   run         offline generation
 //   make-model  random-weight checkpoint in the Hugging Face layout
-//   sim         cluster simulator           (issue 7)
+//   sim         cluster simulator (plans A/B/C, memory, latency, throughput)
 //   shard       remote expert-shard host (CAF io middleman)
 //   bench       benchmarks: `k3 bench kernels [--only mxfp4|dense|kda] [--quick] ...`
 //   tokenize    text <-> token ids with a model's or a tiktoken file's tokenizer
@@ -29,6 +29,7 @@ int run_main(const std::vector<std::string_view>& args);
 int make_model_main(const std::vector<std::string_view>& args);
 int shard_main(const std::vector<std::string_view>& args);
 int serve_main(const std::vector<std::string_view>& args);
+int sim_main(const std::vector<std::string_view>& args);
 } // namespace k3::app
 
 namespace {
@@ -53,7 +54,9 @@ void usage(FILE* out) {
              "                [--expert-parallel-size N --num-redundant-experts R | --remote-shards H:P,...]\n"
              "                | --model DIR --tokens 1,2,3 --dump-logits FILE\n"
              "  shard         --model DIR --experts A-B [--listen PORT] [--host ADDR]\n"
-             "  sim           (not built yet)\n",
+             "  sim           --plan A|B|C|FILE|\"k3 serve ...\" [--workload poisson:R|closed:N|trace:CSV]\n"
+             "                [--input-len D --output-len D --num-requests N --routing R --sweep V,..]\n"
+             "                [--json F --csv F --svg DIR --memory-only --validate]   (--help)\n",
              out);
 }
 
@@ -201,12 +204,6 @@ int bench_main(const std::vector<std::string_view>& args) {
   return k3::bench::run_kernel_benchmarks(o);
 }
 
-int not_built(std::string_view cmd, const char* issue) {
-  std::fprintf(stderr, "k3 %.*s: not part of this build yet (tracked in %s)\n", static_cast<int>(cmd.size()),
-               cmd.data(), issue);
-  return 2;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -238,7 +235,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (cmd == "sim") return not_built(cmd, "issue 7");
+  if (cmd == "sim") {
+    try {
+      return k3::app::sim_main(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 sim: %s\n", e.what());
+      return 2;
+    }
+  }
   if (cmd == "shard") {
     try {
       return k3::app::shard_main(args);

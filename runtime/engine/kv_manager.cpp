@@ -1,6 +1,7 @@
 #include "runtime/engine/kv_manager.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace k3::engine {
@@ -17,8 +18,11 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
   if (k.max_model_len <= 0) throw std::invalid_argument("kv_config.max_model_len must be positive");
   num_kda_ = c.num_kda_layers();
   num_mla_ = c.num_layers - num_kda_;
-  const std::int64_t sb = slot_bytes(c), bb = std::max<std::int64_t>(1, block_bytes(c, k.block_size, k.fp32_cache));
-  const std::int64_t per_seq_blocks = (k.max_model_len + k.block_size - 1) / k.block_size;
+  const std::int64_t sb = k.slot_bytes > 0 ? k.slot_bytes : slot_bytes(c);
+  const std::int64_t bb = std::max<std::int64_t>(1, k.block_bytes > 0 ? k.block_bytes : block_bytes(c, k.block_size, k.fp32_cache));
+  sb_ = sb;
+  bb_ = bb;
+  const std::int64_t per_seq_blocks = num_mla_ == 0 ? 0 : (k.max_model_len + k.block_size - 1) / k.block_size;
   const std::int64_t per_seq = sb + per_seq_blocks * bb;
   if (k.memory_bytes < per_seq)
     throw std::invalid_argument("KV budget of " + std::to_string(k.memory_bytes) + " bytes cannot hold one sequence at max_model_len " +
@@ -46,8 +50,13 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
   kda_floats_ = static_cast<std::size_t>(c.kda_heads) * c.kda_head_dim * c.kda_head_dim;
   conv_floats_ = static_cast<std::size_t>(3) * c.kda_proj() * (c.conv_kernel - 1);
   block_elems_ = static_cast<std::size_t>(k.block_size) * (c.kv_lora_rank + c.qk_rope) * (k.fp32_cache ? 2 : 1);
-  slots_.reset(new float[static_cast<std::size_t>(num_slots_) * num_kda_ * (kda_floats_ + conv_floats_)]);
-  blocks_.reset(new bf16_t[std::max<std::size_t>(1, static_cast<std::size_t>(num_blocks_) * num_mla_ * block_elems_)]);
+  if (num_mla_ == 0) num_blocks_ = 0;
+  if (num_blocks_ > std::numeric_limits<std::int32_t>::max())
+    throw std::invalid_argument("KV budget gives " + std::to_string(num_blocks_) + " MLA blocks, more than block ids can name; raise block_size");
+  if (k.backed) {
+    slots_.reset(new float[static_cast<std::size_t>(num_slots_) * num_kda_ * (kda_floats_ + conv_floats_)]);
+    blocks_.reset(new bf16_t[std::max<std::size_t>(1, static_cast<std::size_t>(num_blocks_) * num_mla_ * block_elems_)]);
+  }
   for (int s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
   for (std::int64_t b = num_blocks_ - 1; b >= 0; --b) free_blocks_.push_back(static_cast<std::int32_t>(b));
 }
@@ -67,6 +76,7 @@ bool kv_manager::can_allocate(seq_id id, std::int64_t tokens) const {
 }
 
 void kv_manager::point(seq& s) {
+  if (!k_.backed) return; // accounting only: the views stay empty
   const std::size_t per_slot = static_cast<std::size_t>(num_kda_) * (kda_floats_ + conv_floats_);
   float* base = slots_.get() + static_cast<std::size_t>(s.slot) * per_slot;
   for (int l = 0; l < num_kda_; ++l) {
@@ -120,8 +130,8 @@ kv_usage kv_manager::usage() const {
   u.used_slots = num_slots_ - static_cast<int>(free_slots_.size());
   u.num_blocks = num_blocks_;
   u.used_blocks = num_blocks_ - static_cast<std::int64_t>(free_blocks_.size());
-  u.slot_bytes = slot_bytes(c_);
-  u.block_bytes = block_bytes(c_, k_.block_size, k_.fp32_cache);
+  u.slot_bytes = sb_;
+  u.block_bytes = bb_;
   return u;
 }
 

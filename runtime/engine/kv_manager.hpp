@@ -39,6 +39,13 @@ struct kv_config {
   std::int64_t max_model_len = 8192;     ///< longest sequence (prompt + output) admitted
   int max_num_seqs = 0;                  ///< 0: derive from the budget
   bool fp32_cache = false;               ///< exact_fp32 models keep fp32 rows
+  /// Budget cost of one KDA slot / one MLA block; 0: this process's real sizes. The simulator
+  /// sets a GPU's share (state sharded by TP heads and PP stages, latent replicated per TP rank).
+  std::int64_t slot_bytes = 0;
+  std::int64_t block_bytes = 0;
+  /// false: accounting only, no pool memory (the simulator and mock devices: views carry no
+  /// pointers, so only executors that never touch state may run on them).
+  bool backed = true;
 };
 
 struct kv_usage {
@@ -84,6 +91,7 @@ private:
 
   model::model_config c_;
   kv_config k_;
+  std::int64_t sb_ = 0, bb_ = 0; // budget cost of a slot / a block
   int num_slots_ = 0;
   std::int64_t num_blocks_ = 0;
   int num_kda_ = 0, num_mla_ = 0;

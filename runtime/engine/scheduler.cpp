@@ -155,6 +155,7 @@ batch_plan scheduler::schedule() {
     e.id = r.spec.id;
     e.state = states_[p];
     e.tokens = {r.tokens.data() + r.computed, static_cast<std::size_t>(n)};
+    e.position = r.computed;
     e.sample = r.computed + n == static_cast<std::int64_t>(r.tokens.size());
     e.sampler = r.sampler.get();
     plan.entries.push_back(e);

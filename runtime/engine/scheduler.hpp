@@ -65,6 +65,7 @@ struct scheduled_entry {
   request_id id = 0;
   model::sequence_state* state = nullptr;
   std::span<const std::int32_t> tokens;
+  std::int64_t position = 0; ///< tokens already computed before this chunk (its context)
   bool sample = false;
   sampling::sampler* sampler = nullptr;
 };

@@ -1,0 +1,70 @@
+#pragma once
+// Discrete-event run of a deployment in virtual time, over the production policy classes:
+// every attention replica owns an engine::scheduler and an engine::kv_manager exactly as the
+// server's scheduler actor does (same admission, chunked prefill, preemption by recompute, KV
+// pools sized from the memory plan, accounting-only), and its "GPU stream" is the cost model:
+// a step scheduled at t completes at t + cost(step). Requests go to the replica with the
+// fewest outstanding requests. Nothing sleeps; nothing depends on the wall clock.
+//
+// Assumption stated in the output: replicas are coupled only through the MoE token count (each
+// replica's step sees its own batch × the number of attention groups feeding the EP group).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/sim/cost_model.hpp"
+#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/workload.hpp"
+
+namespace k3::sim {
+
+struct sim_options {
+  double slo_ttft = 2.0;   ///< seconds, for goodput
+  double slo_tpot = 0.05;  ///< seconds per output token, for goodput
+  int series_points = 400; ///< pool-usage time series resolution
+  bool keep_requests = false; ///< per-request records (CSV output)
+  int max_num_seqs = 0;    ///< per replica; 0: the plan's, else 256 (vLLM's default), clamped to the KDA slots
+  int max_waiting_requests = 1 << 20;
+};
+
+struct latency_stats {
+  std::int64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0;
+};
+
+struct series_point {
+  double t = 0;
+  int running = 0, waiting = 0;
+  double slots_used = 0, blocks_used = 0; ///< fractions of the pools (mean over replicas)
+};
+
+struct request_record {
+  std::uint64_t id = 0;
+  int replica = 0;
+  double arrival = 0, first_token = -1, finish = -1;
+  std::int64_t input = 0, output = 0;
+  std::string rejected; ///< reason, empty if served
+};
+
+struct sim_result {
+  double duration = 0;      ///< virtual seconds until the last request finished
+  double wall_seconds = 0;
+  std::int64_t submitted = 0, completed = 0, preemptions = 0, steps = 0;
+  std::map<std::string, std::int64_t> rejected; ///< by reason (queue_full, context_too_long, …)
+  double request_throughput = 0, output_throughput = 0, total_throughput = 0, goodput = 0;
+  latency_stats ttft, tpot, itl, e2e;
+  double mean_batch_tokens = 0, mean_running = 0;
+  step_cost busy;           ///< seconds spent in each part, summed over steps and replicas
+  std::vector<series_point> series;
+  std::vector<request_record> requests;
+  int replicas = 1, slots_per_replica = 0;
+  std::int64_t blocks_per_replica = 0;
+  double peak_slots_used = 0, peak_blocks_used = 0;
+  std::string kv_note;
+};
+
+[[nodiscard]] sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_spec& w, const sim_options& o);
+
+} // namespace k3::sim
