@@ -113,6 +113,10 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   sc.kv.max_model_len = std::min<std::int64_t>(o.max_model_len, c.max_position);
   sc.kv.max_num_seqs = o.max_num_seqs;
   sc.kv.fp32_cache = o.exact_fp32;
+  sc.kv.slot_bytes = o.kv_slot_bytes;
+  sc.kv.block_bytes = o.kv_block_bytes;
+  sc.kv.backed = o.kv_backed;
+  if (!o.kv_backed && !o.executor) throw std::invalid_argument("engine_options.kv_backed = false needs an executor that never touches state");
   auto exec = p->exec;
   sc.make_stream = [&sys, exec] { return actors::spawn_stream(sys, exec); };
   if (p->dispatcher) {

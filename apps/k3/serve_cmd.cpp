@@ -1,6 +1,8 @@
 // `k3 serve [--model DIR] [vLLM / SGLang launch flags]`: the OpenAI-compatible server. Without
 // --model it serves the built-in demo checkpoint, written once by make_model into the cache
 // directory (--cache-dir, $K3_CACHE_DIR, or ~/.cache/k3serve). See net/server_config.hpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +14,9 @@
 #include "net/http_server.hpp"
 #include "net/server_config.hpp"
 #include "runtime/model/make_model.hpp"
+#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/sim_executor.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
 
 namespace k3::app {
 namespace {
@@ -33,6 +38,12 @@ std::int64_t dir_bytes(const std::string& dir) {
   return n;
 }
 
+bool has_batched_flag(const std::vector<std::string_view>& args) {
+  for (auto a : args)
+    if (a.rfind("--max-num-batched-tokens", 0) == 0 || a.rfind("--chunked-prefill-size", 0) == 0) return true;
+  return false;
+}
+
 } // namespace
 
 int serve_main(const std::vector<std::string_view>& args) {
@@ -44,6 +55,9 @@ int serve_main(const std::vector<std::string_view>& args) {
                 "         [--expert-parallel-size N] [--num-redundant-experts R] [--remote-shards H:P,...]\n"
                 "         [--tensor-parallel-size 1] [--pipeline-parallel-size 1] [--dtype auto] [--quantization mxfp4]\n"
                 "         [--trust-remote-code] [--enable-chunked-prefill] [--shutdown-timeout S] [--config FILE]\n"
+                "         [--simulate A|B|C|PLANFILE|\"LAUNCH LINE\" [--simulate-hardware H] [--simulate-gpus N]]\n"
+                "  --simulate: placeholder tokens paced like Kimi K3 on that plan (k3 sim's cost model), the\n"
+                "  KV pools and admission of one attention replica of the plan; no GPU needed.\n"
                 "  vLLM/SGLang spellings are accepted (--model-path, --tp, --ep, --context-length, ...).");
       return 0;
     }
@@ -98,6 +112,36 @@ int serve_main(const std::vector<std::string_view>& args) {
                            : std::clamp<std::int64_t>(static_cast<std::int64_t>(cfg.gpu_memory_utilization *
                                                                                static_cast<double>(mem_available() - dir_bytes(cfg.model))),
                                                       64ll << 20, 8ll << 30);
+  std::shared_ptr<sim::sim_executor> simx;
+  if (!cfg.simulate.empty()) {
+    // Mock GPU stream: the plan's K3 deployment paces the steps; the demo checkpoint only
+    // supplies the tokenizer and chat format.
+    const auto km = sim::load_model_desc("kimi-k3");
+    const auto plan = sim::load_plan(cfg.simulate, cfg.simulate_hardware, cfg.simulate_gpus, km);
+    const sim::cost_params cp;
+    const auto mp = sim::plan_memory(km, plan, cp);
+    if (!mp.fits) throw std::invalid_argument("--simulate " + cfg.simulate + ": the plan does not fit: " + mp.why);
+    auto cm = std::make_shared<const sim::cost_model>(km, plan, cp, sim::expert_popularity(sim::routing_spec{}, km.experts));
+    const auto tok = tok::kimi_tokenizer::load(cfg.model);
+    auto ids = tok.encode("This is placeholder text from k3 serve --simulate, streamed at the pace the simulator models for "
+                          "Kimi K3 on this plan. ", false);
+    std::erase_if(ids, [&](std::int32_t t) { return t == mc.eos_id; });
+    simx = std::make_shared<sim::sim_executor>(cm, std::move(ids));
+    eo.executor = simx;
+    eo.kv_backed = false;
+    eo.kv_memory_bytes = static_cast<std::int64_t>(mp.kv_budget);
+    eo.kv_slot_bytes = static_cast<std::int64_t>(std::ceil(mp.state_per_seq));
+    eo.kv_block_bytes = static_cast<std::int64_t>(std::ceil(mp.kv_per_token * eo.block_size));
+    eo.max_model_len = cfg.max_model_len > 0 ? std::min(cfg.max_model_len, plan.max_model_len) : plan.max_model_len;
+    eo.max_model_len = std::min<std::int64_t>(eo.max_model_len, mc.max_position);
+    if (eo.max_num_seqs == 0) eo.max_num_seqs = plan.max_num_seqs > 0 ? plan.max_num_seqs : 256;
+    const std::int64_t slot_cap =
+        (eo.kv_memory_bytes - (eo.max_model_len + eo.block_size - 1) / eo.block_size * eo.kv_block_bytes) / std::max<std::int64_t>(1, eo.kv_slot_bytes);
+    eo.max_num_seqs = static_cast<int>(std::clamp<std::int64_t>(slot_cap, 1, eo.max_num_seqs));
+    if (!has_batched_flag(args)) eo.max_num_batched_tokens = plan.max_num_batched_tokens;
+    std::fprintf(stderr, "k3 serve: simulating %s (%s); one of %d attention replica(s); placeholder tokens\n",
+                 plan.title.empty() ? plan.name.c_str() : plan.title.c_str(), plan.describe().c_str(), plan.dp);
+  }
   auto eng = llm_engine::start(sys, eo);
   std::fprintf(stderr, "k3 serve: %s\nk3 serve: %s\n", eng->config().describe().c_str(), eng->sizing_note().c_str());
   cfg.max_model_len = eo.max_model_len;

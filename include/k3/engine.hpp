@@ -54,6 +54,12 @@ struct engine_options {
   bool quantize_experts = false;               ///< bf16 experts → MXFP4 at load
   bool exact_fp32 = false;                     ///< reference numerics (tests)
   bool null_executor = false;                  ///< zero-cost steps (runtime-overhead benchmark)
+  /// KV accounting of another machine (`k3 serve --simulate`): budget cost of one KDA slot and
+  /// one MLA block (0: this model's), and no pool memory (only for executors that never touch
+  /// state). kv_memory_bytes is then that machine's per-GPU budget.
+  std::int64_t kv_slot_bytes = 0;
+  std::int64_t kv_block_bytes = 0;
+  bool kv_backed = true;
   /// Replaces the step executor (mock devices for the simulator, fault injection in tests).
   std::shared_ptr<engine::step_executor> executor;
 };

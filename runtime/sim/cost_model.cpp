@@ -129,7 +129,9 @@ step_cost cost_model::model_time(std::span<const seq_chunk> chunks) const {
 step_cost cost_model::step(std::span<const seq_chunk> chunks) const {
   const int m = std::min<int>(c_.pp_microbatches, static_cast<int>(chunks.size()));
   if (p_.pp <= 1 || m <= 1) return model_time(chunks);
-  // m micro-batches (round-robin) through pp stages: Σ t_i / pp + (pp − 1)/pp · max t_i.
+  // m micro-batches (round-robin) kept in flight through pp stages (steady state: the
+  // pipeline stays full across steps): the slowest micro-batch sets the pace, each stage runs
+  // max(m, pp) stage-slots per step: t = max(m, pp) / pp · max_i t_i.
   step_cost total;
   double sum = 0, worst = 0;
   for (int g = 0; g < m; ++g) {
@@ -150,8 +152,8 @@ step_cost cost_model::step(std::span<const seq_chunk> chunks) const {
     total.tokens += part.tokens;
     total.moe_tokens = std::max(total.moe_tokens, part.moe_tokens);
   }
-  total.total = sum / p_.pp + (p_.pp - 1.0) / p_.pp * worst;
-  total.pipeline += total.total - sum / p_.pp; // the bubble
+  total.total = double(std::max(m, p_.pp)) / p_.pp * worst;
+  total.pipeline += std::max(0.0, total.total - sum / p_.pp); // idle stage-slots (bubble, imbalance)
   return total;
 }
 

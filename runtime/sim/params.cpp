@@ -43,6 +43,12 @@ const entry table[] = {
 } // namespace
 
 void cost_params::set(std::string_view name, std::string_view value) {
+  cost_params next = *this; // all or nothing: a rejected value leaves *this unchanged
+  next.assign(name, value);
+  *this = next;
+}
+
+void cost_params::assign(std::string_view name, std::string_view value) {
   for (const auto& e : table) {
     if (name != e.name) continue;
     const std::string v(value);

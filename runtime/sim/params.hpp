@@ -13,8 +13,8 @@ namespace k3::sim {
 struct cost_params {
   // Memory-bound streams (weights, KDA state, MLA cache): fraction of HBM bandwidth achieved.
   double mem_efficiency = 0.8;         ///< AIConfigurator's memory factor (hardware.md §2)
-  double moe_mem_efficiency = 0.16;    ///< routed-expert weight streaming at decode: fitted (README, validation)
-  double moe_expert_overhead_us = 0;   ///< fixed cost per active expert per layer per GPU (tile setup, tails)
+  double moe_mem_efficiency = 0.8;     ///< routed-expert weight streaming (as the other streams)
+  double moe_expert_overhead_us = 11;  ///< fixed cost per active expert per layer per GPU: fitted (README, validation)
   // Compute-bound parts: fraction of dense peak achieved.
   double gemm_efficiency = 0.6;        ///< dense GEMMs at large M (trunk projections, lm_head)
   double moe_compute_efficiency = 0.5; ///< routed-expert grouped GEMMs at large M
@@ -44,6 +44,9 @@ struct cost_params {
   void set(std::string_view name, std::string_view value);
   /// Empty if valid, else the message naming the parameter.
   [[nodiscard]] std::string validate() const;
+
+private:
+  void assign(std::string_view name, std::string_view value);
 };
 
 struct param_doc {

@@ -64,9 +64,10 @@ std::string plan::describe() const {
 
 plan plan_from_command(std::string_view command, const gpu_spec& gpu, int gpus, const model_desc& m) {
   auto words = split_words(command);
-  // Drop the entry point: everything before the first flag, except vLLM's positional model.
+  // Drop the entry point ("k3 serve", "vllm serve MODEL", "python -m sglang.launch_server"):
+  // everything before the first long flag.
   std::size_t first = 0;
-  while (first < words.size() && words[first].rfind("-", 0) != 0) ++first;
+  while (first < words.size() && words[first].rfind("--", 0) != 0) ++first;
   std::vector<std::string> flags(words.begin() + static_cast<std::ptrdiff_t>(first), words.end());
   std::vector<std::string_view> views(flags.begin(), flags.end());
   net::server_config c;

@@ -231,7 +231,8 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
     for (int i = 0; i < w.concurrency; ++i) {
       workload_source::request q;
       if (!src.next(q, 0)) break;
-      submit(q);
+      while (!submit(q)) // a rejected request frees its client at once
+        if (!src.next(q, 0)) break;
     }
   } else {
     have_pending = src.next(pending);

@@ -313,3 +313,43 @@ TEST_CASE("server: launch lines — flags that cannot take effect are start-up e
              "--trust-remote-code", "--enable-chunked-prefill"});
   CHECK(out.find("listening on") != std::string::npos);
 }
+
+TEST_CASE("server: --simulate PLAN streams placeholder tokens at the modeled pace; --simulate and launch-line errors", "[net]") {
+  SECTION("plan A pacing and KV pools") {
+    server s({"--simulate", "A"});
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello","max_tokens":20})");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(r.status == 200);
+    const auto v = parse(r.body);
+    CHECK(v.find("usage")->find("completion_tokens")->s == "20");
+    CHECK(v.find("choices")->items[0].find("text")->s.size() > 10); // placeholder words, not a model's
+    // Plan A at batch 1 takes ~10 ms per modeled decode step; the server waits for each, so 20
+    // tokens take at least ~0.2 s (a lower bound only: the machine may be slower, never faster).
+    CHECK(secs >= 0.15);
+    const auto m = http_request(s.port, "GET", "/metrics").body;
+    CHECK(m.find("k3:kda_state_slots_total{model_name=\"Kimi-K3\"} 256") != std::string::npos);
+  }
+  SECTION("a bad plan is a start-up error naming it") {
+    test::temp_dir d("simbad");
+    model::make_model({}, d.str());
+    test::child_process p({K3_BINARY, "serve", "--model", d.str(), "--port", "0", "--simulate", "Z"}, true);
+    CHECK(p.read_until("listening on").find("not a built-in plan") != std::string::npos);
+  }
+}
+
+TEST_CASE("server: per-expert counts in /metrics feed `k3 sim --routing counts:FILE`", "[net]") {
+  server s({"--expert-parallel-size", "2"});
+  REQUIRE(http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello there","max_tokens":8,"temperature":0})").status == 200);
+  const auto m = http_request(s.port, "GET", "/metrics").body;
+  REQUIRE(m.find("k3:expert_tokens_total{model_name=\"Kimi-K3\",expert=\"0\"}") != std::string::npos);
+  const std::string file = s.dir.str() + "/metrics.prom";
+  std::ofstream(file) << m;
+  const std::string cmd = std::string(K3_BINARY) + " sim --plan '--tp 2 --ep 2' --hardware h100 --model " + s.dir.str() +
+                          " --routing counts:" + file + " --workload closed:2 --num-requests 4 --output-len 8 > " + s.dir.str() + "/sim.txt 2>&1";
+  CHECK(std::system(cmd.c_str()) == 0);
+  std::ifstream in(s.dir.str() + "/sim.txt");
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(out);
+  CHECK(out.find("recorded counts") != std::string::npos);
+}
