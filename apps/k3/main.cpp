@@ -18,6 +18,7 @@
 #include "bench/kernel_bench.hpp"
 #include "bench/engine_bench.hpp"
 #include "bench/serve_bench.hpp"
+#include "bench/sim_bench.hpp"
 #include "bench/model_bench.hpp"
 #include "kernels/common/cpu_features.hpp"
 
@@ -41,6 +42,7 @@ void usage(FILE* out) {
              "                [--kda-heads H] [--seconds S] [--isa scalar|avx2|avx512]\n"
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
+             "  bench sim     [--quick]   (cluster simulator wall time: simulated requests per second)\n"
              "  bench serve   --url URL [--num-prompts N] [--request-rate R | --max-concurrency C]\n"
              "                [--input-len L] [--output-len M] [--model NAME] [--api-key K]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
@@ -102,6 +104,22 @@ int bench_main(const std::vector<std::string_view>& args) {
       return k3::bench::run_serve_benchmark(so);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "k3 bench serve: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (!args.empty() && args[0] == "sim") {
+    k3::bench::sim_bench_options so;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--quick") so.quick = true;
+      else {
+        std::fprintf(stderr, "k3 bench sim: unknown option '%.*s' (--quick)\n", static_cast<int>(args[i].size()), args[i].data());
+        return 2;
+      }
+    }
+    try {
+      return k3::bench::run_sim_benchmark(so);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k3 bench sim: %s\n", e.what());
       return 2;
     }
   }

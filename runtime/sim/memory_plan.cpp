@@ -59,6 +59,8 @@ memory_plan plan_memory(const model_desc& m, const plan& p, const cost_params& c
   r.cluster_nominal = p.world * p.gpu.memory_gb * 1e9;
   r.cluster_usable = p.world * p.gpu.usable_memory_gb * 1e9;
   r.cluster_guide = p.world * p.guide_memory_gb * 1e9;
+  if (p.guide_memory_gb > 0)
+    r.guide_kv_budget = p.guide_memory_gb * 1e9 * p.gpu_memory_utilization - r.weights() - r.activations - r.reserved;
   r.checkpoint = (m.trunk_params() - m.head_params) * tb + (m.embed_params + m.head_params) * 2.0 + double(m.n_moe) * m.experts * eb;
   return r;
 }

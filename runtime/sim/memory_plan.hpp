@@ -40,6 +40,9 @@ struct memory_plan {
   // Cluster totals.
   double cluster_nominal = 0, cluster_usable = 0, cluster_guide = 0;
   double checkpoint = 0;        ///< weights as served, whole model
+  /// The same plan at the guide's per-card figure (0 when the plan states none): what is left
+  /// for state and cache (negative: the guide's own card would not hold the weights).
+  double guide_kv_budget = 0;
   int replicas = 1;
 
   [[nodiscard]] double weights() const { return trunk_weights + expert_weights; }

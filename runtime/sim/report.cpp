@@ -49,6 +49,7 @@ double nice_step(double range, int ticks) {
 struct chart {
   double w = 720, h = 420, l = 80, r = 180, t = 50, b = 60;
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  bool x_ticks = true;
   std::string out;
   [[nodiscard]] double X(double x) const { return l + (x - x0) / (x1 - x0) * (w - l - r); }
   [[nodiscard]] double Y(double y) const { return h - b - (y - y0) / (y1 - y0) * (h - t - b); }
@@ -59,7 +60,7 @@ struct chart {
     out += "<text x=\"" + fmt("%.0f", (l + w - r) / 2) + "\" y=\"" + fmt("%.0f", h - 15) + "\" text-anchor=\"middle\">" + svg_escape(xl) + "</text>\n";
     out += "<text transform=\"translate(18," + fmt("%.0f", (t + h - b) / 2) + ") rotate(-90)\" text-anchor=\"middle\">" + svg_escape(yl) + "</text>\n";
     const double xs = nice_step(x1 - x0, 6), ys = nice_step(y1 - y0, 6);
-    for (double x = std::ceil(x0 / xs) * xs; x <= x1 + 1e-9; x += xs)
+    for (double x = std::ceil(x0 / xs) * xs; x_ticks && x <= x1 + 1e-9; x += xs)
       out += "<line x1=\"" + fmt("%.1f", X(x)) + "\" x2=\"" + fmt("%.1f", X(x)) + "\" y1=\"" + fmt("%.1f", Y(y0)) + "\" y2=\"" +
              fmt("%.1f", Y(y1)) + "\" stroke=\"#eee\"/><text x=\"" + fmt("%.1f", X(x)) + "\" y=\"" + fmt("%.1f", Y(y0) + 16) +
              "\" text-anchor=\"middle\">" + fmt("%g", x) + "</text>\n";
@@ -88,6 +89,8 @@ struct chart {
   std::string end() { return out + "</svg>\n"; }
 };
 
+std::string plan_title(const plan& p) { return p.title.empty() ? "plan " + p.name + " (" + std::to_string(p.world) + "x " + p.gpu.name + ")" : p.title; }
+
 } // namespace
 
 std::string text_report(const report_input& in) {
@@ -115,6 +118,11 @@ std::string text_report(const report_input& in) {
   s += "    activations     " + gb(mp.activations) + "\n";
   s += "    reserved        " + gb(mp.reserved) + "\n";
   s += "    state + cache   " + gb(mp.kv_budget) + (mp.fits ? "  -> fits" : "  -> DOES NOT FIT: " + mp.why) + "\n";
+  if (p.guide_memory_gb > 0)
+    s += "  at the guide's " + fmt("%.0f GB", p.guide_memory_gb) + " per card: " +
+         (mp.guide_kv_budget > 0 ? gb(mp.guide_kv_budget) + " would be left for state and cache"
+                                 : std::string("the weights alone would not fit (short by ") + gb(-mp.guide_kv_budget) + " per GPU)") +
+         "\n";
   s += "  KDA state " + fmt("%.1f MiB", mp.state_per_seq / 1048576.0) + " per sequence, MLA cache " + fmt("%.1f KiB", mp.kv_per_token / 1024.0) +
        " per token\n";
   if (mp.fits)
@@ -181,7 +189,7 @@ std::string json_report(const report_input& in) {
        ", \"context\": " + std::to_string(p.max_model_len) + ", \"state_only_sequences_per_replica\": " + std::to_string(mp.state_only_seqs) +
        ", \"cache_only_tokens_per_replica\": " + std::to_string(mp.kv_token_capacity) + ", \"cluster_nominal_bytes\": " + num(mp.cluster_nominal) +
        ", \"cluster_usable_bytes\": " + num(mp.cluster_usable) + ", \"cluster_guide_bytes\": " + num(mp.cluster_guide) + ", \"weights_bytes\": " +
-       num(mp.checkpoint) + "},\n";
+       num(mp.checkpoint) + ", \"guide_state_and_cache_bytes\": " + num(mp.guide_kv_budget) + "},\n";
   s += "  \"params\": {";
   bool first = true;
   for (const auto& d : describe_params(in.cost->params())) {
@@ -245,7 +253,8 @@ std::string svg_memory(const report_input& in) {
   c.r = 220;
   const double top = std::max(mp.usable, mp.weights() + mp.activations + mp.reserved) / 1e9;
   c.x0 = 0, c.x1 = 1, c.y0 = 0, c.y1 = top * 1.05;
-  c.begin("Memory per GPU: " + in.deployment->describe().substr(0, 60), "", "GB");
+  c.x_ticks = false;
+  c.begin("Memory per GPU: " + plan_title(*in.deployment), "", "GB");
   struct part {
     const char* name;
     double v;
@@ -280,7 +289,7 @@ std::string svg_latency_vs_load(const report_input& in) {
     ymax = std::max({ymax, pt.r.ttft.p50 * 1e3, pt.r.tpot.p50 * 1e3, pt.r.tpot.p99 * 1e3});
   }
   c.x0 = 0, c.x1 = xmax > 0 ? xmax * 1.05 : 1, c.y0 = 0, c.y1 = ymax > 0 ? ymax * 1.1 : 1;
-  c.begin("Latency vs load: " + in.deployment->describe().substr(0, 50), "output tokens/s (cluster)", "ms");
+  c.begin("Latency vs load: " + plan_title(*in.deployment), "output tokens/s (cluster)", "ms");
   std::vector<std::pair<double, double>> ttft, tpot, tpot99;
   for (const auto& pt : in.points) {
     ttft.emplace_back(pt.r.output_throughput, pt.r.ttft.p50 * 1e3);
@@ -296,7 +305,7 @@ std::string svg_latency_vs_load(const report_input& in) {
 std::string svg_pools(const sim_result& r, const std::string& title) {
   chart c;
   c.x0 = 0, c.x1 = r.series.empty() ? 1 : std::max(1e-3, r.series.back().t), c.y0 = 0, c.y1 = 100;
-  c.begin("Pool usage over time: " + title, "virtual time (s)", "% of pool");
+  c.begin("KV pools over time (" + title + ")", "virtual time (s)", "% of pool");
   std::vector<std::pair<double, double>> slots, blocks;
   for (const auto& x : r.series) {
     slots.emplace_back(x.t, 100 * x.slots_used);

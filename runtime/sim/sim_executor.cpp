@@ -16,16 +16,17 @@ engine::step_result sim_executor::run(const engine::batch_plan& plan) {
   engine::step_result r;
   r.step = plan.step;
   chunks_.clear();
+  r.tokens.reserve(plan.entries.size());
   for (const auto& e : plan.entries) {
     chunks_.push_back({static_cast<std::int64_t>(e.tokens.size()), e.position, e.sample});
     if (!e.sample) continue;
     // Output position of this token within its request cycles through the sentence.
     const auto i = static_cast<std::size_t>(e.position + static_cast<std::int64_t>(e.tokens.size()) + static_cast<std::int64_t>(e.id));
     r.tokens.push_back(tokens_[i % tokens_.size()]);
-    r.logprobs.push_back(0.0f);
+    if (paced_) r.logprobs.push_back(0.0f); // the server may be asked for logprobs; the DES never is
   }
-  last_ = cm_->step(chunks_).total;
-  if (paced_) std::this_thread::sleep_until(start + std::chrono::duration<double>(last_));
+  last_ = cm_->step(chunks_);
+  if (paced_) std::this_thread::sleep_until(start + std::chrono::duration<double>(last_.total));
   return r;
 }
 

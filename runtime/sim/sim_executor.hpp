@@ -1,5 +1,7 @@
 #pragma once
-// The mock GPU stream of `k3 serve --simulate PLAN`: a step_executor that runs no model. Each
+// The mock GPU stream, shared by `k3 sim` (unpaced, inside the discrete-event loop) and by
+// `k3 serve --simulate PLAN` (paced, inside the real stream actor): a step_executor — the same
+// interface the model executor and the CUDA executor implement — that runs no model. Each
 // step takes as long as the cost model says the plan's GPUs would take for that batch (it
 // waits on the stream's own thread until start + modeled time, so the server's real overhead
 // is included, not added), then returns placeholder tokens — a fixed sentence encoded with the
@@ -22,8 +24,9 @@ public:
   sim_executor(std::shared_ptr<const cost_model> cm, std::vector<std::int32_t> tokens);
   [[nodiscard]] engine::step_result run(const engine::batch_plan& plan) override;
 
-  /// Modeled seconds of the last step (tests, logs).
-  [[nodiscard]] double last_step_seconds() const noexcept { return last_; }
+  /// Modeled seconds of the last step, and where they went.
+  [[nodiscard]] double last_step_seconds() const noexcept { return last_.total; }
+  [[nodiscard]] const step_cost& last_cost() const noexcept { return last_; }
   /// Overrides the waiting (tests run the executor without wall-clock pacing).
   void set_paced(bool on) noexcept { paced_ = on; }
 
@@ -31,7 +34,7 @@ private:
   std::shared_ptr<const cost_model> cm_;
   std::vector<std::int32_t> tokens_;
   std::vector<seq_chunk> chunks_;
-  double last_ = 0;
+  step_cost last_;
   bool paced_ = true;
 };
 

@@ -10,6 +10,7 @@
 #include "runtime/engine/kv_manager.hpp"
 #include "runtime/engine/scheduler.hpp"
 #include "runtime/sim/sim_error.hpp"
+#include "runtime/sim/sim_executor.hpp"
 
 namespace k3::sim {
 namespace {
@@ -89,9 +90,11 @@ model::model_config kv_shape(const model_desc& m) {
 }
 
 struct replica {
+  std::unique_ptr<sim_executor> stream; // the mock GPU stream (one per replica, like the server's)
   std::unique_ptr<engine::kv_manager> kv;
   std::unique_ptr<engine::scheduler> sched;
   engine::batch_plan plan;
+  engine::step_result result;
   bool busy = false;
   int outstanding = 0;
 };
@@ -137,7 +140,12 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   sc.max_waiting_tokens = 1ll << 50;
   const auto shape = kv_shape(m);
   std::vector<replica> reps(static_cast<std::size_t>(p.dp));
+  // The DES holds the cost model by reference for the whole run; the executor wants shared
+  // ownership (the server hands it to an actor), so give it a non-owning handle.
+  const std::shared_ptr<const cost_model> cm_ref(&cm, [](const cost_model*) {});
   for (auto& r : reps) {
+    r.stream = std::make_unique<sim_executor>(cm_ref, std::vector<std::int32_t>{1});
+    r.stream->set_paced(false);
     r.kv = std::make_unique<engine::kv_manager>(shape, kc);
     r.sched = std::make_unique<engine::scheduler>(sc, *r.kv);
   }
@@ -154,7 +162,6 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   double last_finish = 0;
   using done_event = std::pair<double, int>;
   std::priority_queue<done_event, std::vector<done_event>, std::greater<>> done;
-  std::vector<seq_chunk> chunks;
   double batch_tokens_sum = 0, running_sum = 0;
   double stride = 0, next_sample = 0; // series sampling in virtual time, stride doubles to stay bounded
 
@@ -169,9 +176,8 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
     if (r.busy || !r.sched->has_work()) return;
     r.plan = r.sched->schedule();
     if (r.plan.empty()) return;
-    chunks.clear();
-    for (const auto& e : r.plan.entries) chunks.push_back({static_cast<std::int64_t>(e.tokens.size()), e.position, e.sample});
-    const auto cost = cm.step(chunks);
+    r.result = r.stream->run(r.plan);
+    const auto& cost = r.stream->last_cost();
     res.busy.trunk += cost.trunk, res.busy.lm_head += cost.lm_head, res.busy.kda += cost.kda, res.busy.mla += cost.mla;
     res.busy.moe += cost.moe, res.busy.allreduce += cost.allreduce, res.busy.all_to_all += cost.all_to_all;
     res.busy.pipeline += cost.pipeline, res.busy.overhead += cost.overhead, res.busy.total += cost.total;
@@ -239,7 +245,6 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   }
 
   std::vector<engine::token_event> events;
-  engine::step_result sr;
   while (true) {
     const double t_done = done.empty() ? INFINITY : done.top().first;
     const double t_arr = have_pending ? pending.arrival : INFINITY;
@@ -254,11 +259,7 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
     const auto ri = static_cast<std::size_t>(ri_int);
     auto& r = reps[ri];
     r.busy = false;
-    sr.step = r.plan.step;
-    std::size_t sampled = 0;
-    for (const auto& e : r.plan.entries) sampled += e.sample;
-    sr.tokens.assign(sampled, 0);
-    events = r.sched->apply(r.plan, sr);
+    events = r.sched->apply(r.plan, r.result);
     std::int64_t finished_here = 0;
     for (const auto& ev : events) {
       auto it = reqs.find(ev.id);

@@ -90,6 +90,8 @@ TEST_CASE("plan A: 8x B300 TP8 EP8, memory per GPU exactly", "[sim]") {
   CHECK(mp.cluster_nominal == 8 * 288e9); // 2304 GB
   CHECK(mp.cluster_usable == 8 * 268e9);  // 2144 GB
   CHECK(mp.budget == 268e9 * 0.95);
+  // At the guide's 192 GB per card the ~195 GB of weights per GPU would not even fit.
+  CHECK(mp.guide_kv_budget < 0);
   CHECK(mp.kv_budget == Approx(mp.budget - mp.weights() - mp.activations - mp.reserved));
   CHECK(mp.fits);
   CHECK(std::abs(mp.state_per_seq / 1048576.0 - 53.6) < 0.05); // 53.6 MiB per GPU at TP8
@@ -112,6 +114,8 @@ TEST_CASE("plan B: 16x B200 TP16 EP16 MXFP4, 512K context", "[sim]") {
   CHECK(mp.cluster_guide == 16 * 144e9);            // 2304 GB
   CHECK(mp.cluster_nominal == 16 * 180e9);          // 2880 GB
   CHECK(mp.fits);
+  CHECK(mp.guide_kv_budget == Approx(144e9 * 0.9 - mp.weights() - mp.activations - mp.reserved));
+  CHECK(mp.guide_kv_budget > 0);
   CHECK(mp.state_per_seq == Approx(69 * (6291456.0 + 221184.0) / 16));
 }
 

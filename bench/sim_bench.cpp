@@ -1,0 +1,49 @@
+#include "bench/sim_bench.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/simulator.hpp"
+
+namespace k3::bench {
+
+int run_sim_benchmark(const sim_bench_options& o) {
+  using namespace k3::sim;
+  const auto m = load_model_desc("kimi-k3");
+  const cost_params c;
+  struct scenario {
+    std::string name, plan, workload;
+    int input, output;
+  };
+  const int n = o.quick ? 2000 : 10000;
+  const std::vector<scenario> list = {
+      {"plan C, Poisson 20 req/s, 2000/200", "C", "poisson:20", 2000, 200},
+      {"plan C, closed loop 512, 2000/200", "C", "closed:512", 2000, 200},
+      {"plan A, Poisson 4 req/s, 8192/1024", "A", "poisson:4", 8192, 1024},
+      {"plan B, overload 100 req/s, 4000/400", "B", "poisson:100", 4000, 400},
+  };
+  std::printf("k3 bench sim: %d requests per scenario, median of %d runs\n", n, o.repeats);
+  std::printf("  %-40s %10s %14s %14s %12s\n", "scenario", "wall s", "requests/s", "steps/s", "virtual s");
+  for (const auto& s : list) {
+    const auto p = load_plan(s.plan, "", 0, m);
+    const cost_model cm(m, p, c, expert_popularity(routing_spec{}, m.experts));
+    const auto mp = plan_memory(m, p, c);
+    workload_spec w;
+    w.input = {length_dist::kind::fixed, double(s.input), 0};
+    w.output = {length_dist::kind::fixed, double(s.output), 0};
+    w.num_requests = n;
+    w = parse_workload(s.workload, w);
+    std::vector<sim_result> runs;
+    for (int r = 0; r < o.repeats; ++r) runs.push_back(simulate(cm, mp, w, sim_options{}));
+    std::sort(runs.begin(), runs.end(), [](const sim_result& a, const sim_result& b) { return a.wall_seconds < b.wall_seconds; });
+    const auto& med = runs[runs.size() / 2];
+    std::printf("  %-40s %10.3f %14.0f %14.0f %12.1f\n", s.name.c_str(), med.wall_seconds, double(med.submitted) / med.wall_seconds,
+                double(med.steps) / med.wall_seconds, med.duration);
+  }
+  return 0;
+}
+
+} // namespace k3::bench
