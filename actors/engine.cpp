@@ -118,7 +118,8 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   sc.kv.backed = o.kv_backed;
   if (!o.kv_backed && !o.executor) throw std::invalid_argument("engine_options.kv_backed = false needs an executor that never touches state");
   auto exec = p->exec;
-  sc.make_stream = [&sys, exec] { return actors::spawn_stream(sys, exec); };
+  if (o.make_stream) sc.make_stream = [&sys, f = o.make_stream] { return f(sys); };
+  else sc.make_stream = [&sys, exec] { return actors::spawn_stream(sys, exec); };
   if (p->dispatcher) {
     auto d = p->dispatcher;
     sc.add_stats = [d](actors::engine_stats& s) { d->add_stats(s); };

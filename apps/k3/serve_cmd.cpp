@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/sim_stream_actor.hpp"
 #include "k3/engine.hpp"
 #include "net/http_server.hpp"
 #include "net/server_config.hpp"
@@ -127,7 +128,9 @@ int serve_main(const std::vector<std::string_view>& args) {
                           "Kimi K3 on this plan. ", false);
     std::erase_if(ids, [&](std::int32_t t) { return t == mc.eos_id; });
     simx = std::make_shared<sim::sim_executor>(cm, std::move(ids));
+    simx->set_paced(false); // the mock stream actor waits with a delayed reply, holding no thread
     eo.executor = simx;
+    eo.make_stream = [simx](caf::actor_system& s) { return actors::spawn_sim_stream(s, simx); };
     eo.kv_backed = false;
     eo.kv_memory_bytes = static_cast<std::int64_t>(mp.kv_budget);
     eo.kv_slot_bytes = static_cast<std::int64_t>(std::ceil(mp.state_per_seq));

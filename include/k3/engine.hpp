@@ -18,6 +18,7 @@
 // shutting_down).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,9 @@ struct engine_options {
   bool kv_backed = true;
   /// Replaces the step executor (mock devices for the simulator, fault injection in tests).
   std::shared_ptr<engine::step_executor> executor;
+  /// Replaces the stream actor itself (the simulator's mock stream, actors/sim_stream_actor.hpp);
+  /// called again to re-spawn it after a failure.
+  std::function<actors::stream_actor(caf::actor_system&)> make_stream;
 };
 
 struct generation_params {

@@ -23,7 +23,7 @@ engine::step_result sim_executor::run(const engine::batch_plan& plan) {
     // Output position of this token within its request cycles through the sentence.
     const auto i = static_cast<std::size_t>(e.position + static_cast<std::int64_t>(e.tokens.size()) + static_cast<std::int64_t>(e.id));
     r.tokens.push_back(tokens_[i % tokens_.size()]);
-    if (paced_) r.logprobs.push_back(0.0f); // the server may be asked for logprobs; the DES never is
+    r.logprobs.push_back(0.0f); // placeholder tokens are certain
   }
   last_ = cm_->step(chunks_);
   if (paced_) std::this_thread::sleep_until(start + std::chrono::duration<double>(last_.total));

@@ -2,14 +2,19 @@
 // delivered by the test, in a scripted order, with no threads racing and no sleeps.
 #include "tests/support/caf_test_shim.hpp"
 
+#include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "actors/protocol.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "actors/sim_stream_actor.hpp"
 #include "actors/stream_actor.hpp"
 #include "runtime/engine/executor.hpp"
 #include "runtime/model/config.hpp"
+#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/simulator.hpp"
 #include "tests/model/model_fixture.hpp"
 
 using namespace k3;
@@ -152,4 +157,85 @@ TEST_CASE_METHOD(fixture, "protocol: a vanished client is a cancellation; a full
   for (auto& c : cs) caf::anon_send_exit(c, caf::exit_reason::kill);
   run();
   CHECK(stats().kv_slots_used == 0);
+}
+
+// The simulator's claim in one test: the real scheduler actor, driven by the mock stream actor
+// in virtual time, produces exactly the timings of the discrete-event run over the plain
+// classes (same scheduler, same KV sizing, same cost model).
+namespace {
+
+struct sim_fixture : test_coordinator_fixture<k3_config> {};
+
+} // namespace
+
+TEST_CASE_METHOD(sim_fixture, "protocol: scheduler actor + mock stream actor in virtual time = the discrete-event simulator", "[actors][sim]") {
+  using namespace k3::sim;
+  const auto m = load_model_desc("kimi-k3");
+  const auto p = load_plan("A", "", 0, m);
+  const cost_params c;
+  auto cm = std::make_shared<const cost_model>(m, p, c, expert_popularity(routing_spec{}, m.experts));
+  const auto mp = plan_memory(m, p, c);
+  workload_spec w;
+  w.k = workload_spec::kind::closed;
+  w.concurrency = 3;
+  w.num_requests = 3;
+  w.input = {length_dist::kind::fixed, 3000, 0};
+  w.output = {length_dist::kind::fixed, 40, 0};
+  sim_options o;
+  o.keep_requests = true;
+  const auto des = simulate(*cm, mp, w, o);
+  REQUIRE(des.completed == 3);
+
+  // The same KV pools and limits as the DES gives each replica.
+  test::temp_dir dir("simproto");
+  model::make_model(test::tiny_options(model::family::kimi_k3), dir.str());
+  const auto mc = model::load_config(dir.str());
+  actors::scheduler_actor_config sc;
+  sc.scheduler.max_num_batched_tokens = p.max_num_batched_tokens;
+  sc.scheduler.max_num_seqs = des.slots_per_replica;
+  sc.kv.memory_bytes = static_cast<std::int64_t>(mp.kv_budget);
+  sc.kv.block_size = c.block_size;
+  sc.kv.max_model_len = p.max_model_len;
+  sc.kv.max_num_seqs = des.slots_per_replica;
+  sc.kv.slot_bytes = static_cast<std::int64_t>(std::ceil(mp.state_per_seq));
+  sc.kv.block_bytes = static_cast<std::int64_t>(std::ceil(mp.kv_per_token * c.block_size));
+  sc.kv.backed = false;
+  auto ex = std::make_shared<sim_executor>(cm, std::vector<std::int32_t>{1});
+  ex->set_paced(false);
+  sc.make_stream = [this, ex] { return actors::spawn_sim_stream(sys, ex); };
+  auto scheduler = actors::spawn_scheduler(sys, mc, std::move(sc));
+  run();
+
+  const auto t0 = sched.clock().now();
+  auto now = [&] { return std::chrono::duration<double>(sched.clock().now() - t0).count(); };
+  std::vector<double> first(3, -1), done(3, -1);
+  std::vector<actors::request_actor> clients;
+  for (int i = 0; i < 3; ++i) {
+    actors::request_options ro;
+    ro.id = static_cast<engine::request_id>(i + 1);
+    ro.sink = [&, i](const actors::stream_event& ev) {
+      if (ev.token >= 0 && first[static_cast<std::size_t>(i)] < 0) first[static_cast<std::size_t>(i)] = now();
+      if (ev.finished) done[static_cast<std::size_t>(i)] = now();
+    };
+    clients.push_back(actors::spawn_request(sys, std::move(ro), scheduler));
+    engine::request_spec q;
+    q.id = ro.id;
+    q.prompt.assign(3000, 1);
+    q.max_tokens = 40;
+    q.ignore_eos = true;
+    self->send(scheduler, actors::submit_atom::value, q, clients.back());
+  }
+  // Deliver every message; when none is left, jump virtual time to the next modeled step end.
+  for (int guard = 0; guard < 100000; ++guard) {
+    run();
+    if (!sched.trigger_timeout()) break;
+  }
+  for (const auto& r : des.requests) {
+    const auto i = static_cast<std::size_t>(r.id - 1);
+    INFO("request " << r.id);
+    // Equal up to the nanosecond rounding of each delayed reply.
+    CHECK(first[i] == Approx(r.first_token).epsilon(0).margin(1e-6));
+    CHECK(done[i] == Approx(r.finish).epsilon(0).margin(1e-6));
+  }
+  CHECK(done[2] > 40 * cm->decode(3, 3000).total); // really took modeled time, virtually
 }
