@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/sim_cluster.hpp"
 #include "runtime/sim/memory_plan.hpp"
 #include "runtime/sim/simulator.hpp"
 
@@ -42,6 +43,25 @@ int run_sim_benchmark(const sim_bench_options& o) {
     const auto& med = runs[runs.size() / 2];
     std::printf("  %-40s %10.3f %14.0f %14.0f %12.1f\n", s.name.c_str(), med.wall_seconds, double(med.submitted) / med.wall_seconds,
                 double(med.steps) / med.wall_seconds, med.duration);
+  }
+  // The same traffic through the production actors (mock stream + 8 mock shard actors, every
+  // MoE layer of every step as messages) vs the plain discrete-event run.
+  {
+    const auto p = load_plan("A", "", 0, m);
+    auto cm = std::make_shared<const cost_model>(m, p, c, expert_popularity(routing_spec{}, m.experts));
+    const auto mp = plan_memory(m, p, c);
+    workload_spec w;
+    w.k = workload_spec::kind::closed;
+    w.concurrency = 16;
+    w.num_requests = n / 20;
+    w.input = {length_dist::kind::fixed, 2000, 0};
+    w.output = {length_dist::kind::fixed, 100, 0};
+    const auto des = simulate(*cm, mp, w, sim_options{});
+    const auto act = actors::simulate_actors(cm, mp, w, sim_options{});
+    std::printf("  plan A, closed 16, 2000/100, %lld requests: discrete-event %.3f s wall (%.0f req/s), actors %.3f s wall (%.0f req/s);\n"
+                "    TPOT p50 %.2f vs %.2f ms, TTFT p50 %.1f vs %.1f ms\n",
+                static_cast<long long>(w.num_requests), des.wall_seconds, double(des.submitted) / des.wall_seconds, act.wall_seconds,
+                double(act.submitted) / act.wall_seconds, des.tpot.p50 * 1e3, act.tpot.p50 * 1e3, des.ttft.p50 * 1e3, act.ttft.p50 * 1e3);
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/sim_cluster.hpp"
 #include "apps/k3/cli_args.hpp"
 #include "runtime/sim/builtin.hpp"
 #include "runtime/sim/report.hpp"
@@ -33,6 +34,8 @@ const char* kHelp =
     "  --max-num-seqs N    running sequences per replica (default: plan, else 256, clamped to KDA slots)\n"
     "  --param NAME=VALUE  change one model parameter (--list-params shows all with their defaults)\n"
     "  --seed S            workload and routing seed                                   [1]\n"
+    "  --engine des|actors des: discrete-event run over the scheduler / KV classes (fast); actors: the\n"
+    "                      production actors with mock stream and expert-shard actors in virtual time  [des]\n"
     "  --json FILE         everything as JSON; --csv FILE: per-request rows; --svg DIR: plots\n"
     "  --memory-only       memory plan only (no traffic)\n"
     "  --validate          reproduce the published points and print their errors\n"
@@ -53,6 +56,7 @@ int sim_main(const std::vector<std::string_view>& args) {
   std::uint64_t seed = 1;
   double trace_speed = 1, slo_ttft = 2000, slo_tpot = 50;
   bool memory_only = false, validate = false;
+  std::string engine = "des";
   sim::cost_params params;
   cli_args a(args);
   while (!a.done()) {
@@ -76,6 +80,10 @@ int sim_main(const std::vector<std::string_view>& args) {
     else if (f == "--csv") csv_path = a.value(f);
     else if (f == "--svg") svg_dir = a.value(f);
     else if (f == "--memory-only") memory_only = true;
+    else if (f == "--engine") {
+      engine = a.value(f);
+      if (engine != "des" && engine != "actors") throw sim::sim_error("--engine " + engine + ": expected des or actors");
+    }
     else if (f == "--validate") validate = true;
     else if (f == "--param") {
       const auto kv = a.value(f);
@@ -113,7 +121,8 @@ int sim_main(const std::vector<std::string_view>& args) {
   auto rspec = sim::parse_routing(routing);
   rspec.seed = seed;
   const auto pop = sim::expert_popularity(rspec, m.experts);
-  const sim::cost_model cm(m, p, params, pop);
+  const auto cm_ptr = std::make_shared<const sim::cost_model>(m, p, params, pop);
+  const sim::cost_model& cm = *cm_ptr;
   const auto mp = sim::plan_memory(m, p, params);
 
   sim::workload_spec base;
@@ -166,7 +175,7 @@ int sim_main(const std::vector<std::string_view>& args) {
         wv.rate = v;
         std::snprintf(label, sizeof label, "%s %.3g req/s", w.k == sim::workload_spec::kind::poisson ? "poisson" : "rate", v);
       }
-      in.points.push_back({label, v, sim::simulate(cm, mp, wv, in.options)});
+      in.points.push_back({label, v, engine == "actors" ? actors::simulate_actors(cm_ptr, mp, wv, in.options) : sim::simulate(cm, mp, wv, in.options)});
     }
   }
   std::fputs(sim::text_report(in).c_str(), stdout);

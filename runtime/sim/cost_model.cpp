@@ -46,17 +46,19 @@ double cost_model::all_to_all(double bytes) const {
   return t;
 }
 
+double cost_model::rank_time(double experts, double rows) const {
+  if (experts <= 0) return 0;
+  const double eb = m_.expert_bytes(p_.expert_dtype), ef = 2.0 * m_.expert_params;
+  const double shard = p_.ep > 1 ? 1.0 : p_.attn_tp; // TP-sharded experts split every expert
+  return std::max(experts * eb / shard / (bw_ * c_.moe_mem_efficiency), rows * ef / shard / (f_expert_ * c_.moe_compute_efficiency)) +
+         experts * c_.moe_expert_overhead_us * 1e-6;
+}
+
 double cost_model::moe_layer(std::int64_t N) const {
   if (N <= 0) return 0;
   if (auto it = moe_memo_.find(N); it != moe_memo_.end()) return it->second;
-  const double eb = m_.expert_bytes(p_.expert_dtype), ef = 2.0 * m_.expert_params;
-  const double shard = p_.ep > 1 ? 1.0 : p_.attn_tp; // TP-sharded experts split every expert
   double worst = 0;
-  for (const auto& r : load_.ranks(double(N))) {
-    const double t = std::max(r.experts * eb / shard / (bw_ * c_.moe_mem_efficiency), r.rows * ef / shard / (f_expert_ * c_.moe_compute_efficiency)) +
-                     r.experts * c_.moe_expert_overhead_us * 1e-6;
-    worst = std::max(worst, t);
-  }
+  for (const auto& r : load_.ranks(double(N))) worst = std::max(worst, rank_time(r.experts, r.rows));
   moe_memo_.emplace(N, worst);
   return worst;
 }

@@ -51,6 +51,10 @@ public:
   /// One prompt of `tokens` prefilled alone in chunks of max_num_batched_tokens: total seconds.
   [[nodiscard]] double prefill_alone(std::int64_t tokens) const;
 
+  /// One EP rank's routed-expert time for one MoE layer: `experts` active experts, `rows`
+  /// token rows (what an expert-shard actor charges for one job).
+  [[nodiscard]] double rank_time(double experts, double rows) const;
+
   [[nodiscard]] const expert_load& load() const noexcept { return load_; }
   [[nodiscard]] const model_desc& model() const noexcept { return m_; }
   [[nodiscard]] const plan& deployment() const noexcept { return p_; }

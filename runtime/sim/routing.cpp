@@ -193,6 +193,25 @@ std::vector<expert_load::rank_load> expert_load::ranks(double N) const {
   return out;
 }
 
+std::vector<expert_load::rank_load> expert_load::ranks_mean(double N) const {
+  std::vector<rank_load> out(placed_.size());
+  for (std::size_t r = 0; r < placed_.size(); ++r)
+    for (const auto& s : placed_[r]) {
+      const double a = s.q >= 1 ? 1.0 : 1.0 - std::exp(N * std::log1p(-s.q));
+      out[r].experts += a;
+      out[r].experts_var += a * (1 - a);
+      out[r].rows += N * s.q;
+      out[r].rows_var += N * s.q * (1 - s.q);
+    }
+  return out;
+}
+
+std::vector<int> expert_load::rank_experts(int rank) const {
+  std::vector<int> out;
+  for (const auto& s : placed_.at(static_cast<std::size_t>(rank))) out.push_back(s.expert);
+  return out;
+}
+
 std::vector<double> expert_load::rank_share() const {
   std::vector<double> s(placed_.size(), 0.0);
   double total = 0;

@@ -51,10 +51,15 @@ public:
   struct rank_load {
     double experts = 0; ///< active expert replicas (expected max over ranks)
     double rows = 0;    ///< token rows (expected max over ranks)
+    double experts_var = 0, rows_var = 0; ///< variances (ranks_mean only)
   };
   /// Most loaded rank for `tokens` tokens routed into the layer: per rank mean + z·σ, then the
   /// rank with the largest `weight_bytes·experts + flop_weight·rows` as the caller prices it.
   [[nodiscard]] std::vector<rank_load> ranks(double tokens) const;
+  /// Expected (mean, no z·σ) load of each rank: what one step sends each expert-shard actor.
+  [[nodiscard]] std::vector<rank_load> ranks_mean(double tokens) const;
+  /// Expert ids placed on `rank` (a replicated expert appears on several ranks).
+  [[nodiscard]] std::vector<int> rank_experts(int rank) const;
   [[nodiscard]] int num_ranks() const noexcept { return ranks_; }
   /// Share of token rows each rank gets (Σ = 1): the placement's imbalance at large batches.
   [[nodiscard]] std::vector<double> rank_share() const;

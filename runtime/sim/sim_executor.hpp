@@ -27,6 +27,7 @@ public:
   /// Modeled seconds of the last step, and where they went.
   [[nodiscard]] double last_step_seconds() const noexcept { return last_.total; }
   [[nodiscard]] const step_cost& last_cost() const noexcept { return last_; }
+  [[nodiscard]] const std::shared_ptr<const cost_model>& model() const noexcept { return cm_; }
   /// Overrides the waiting (tests run the executor without wall-clock pacing).
   void set_paced(bool on) noexcept { paced_ = on; }
 

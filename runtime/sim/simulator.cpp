@@ -107,17 +107,13 @@ struct live {
 
 } // namespace
 
-sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_spec& w, const sim_options& o) {
-  const auto wall0 = std::chrono::steady_clock::now();
+replica_config make_replica_config(const cost_model& cm, const memory_plan& mp, const sim_options& o) {
   if (!mp.fits) throw sim_error("the plan does not fit in memory: " + mp.why);
   const auto& p = cm.deployment();
   const auto& m = cm.model();
   const auto& c = cm.params();
-  sim_result res;
-  res.replicas = p.dp;
-
-  // KV pools of one replica, sized by the memory plan (one GPU's share of each sequence).
-  engine::kv_config kc;
+  replica_config rc;
+  auto& kc = rc.kv;
   kc.memory_bytes = static_cast<std::int64_t>(mp.kv_budget);
   kc.block_size = c.block_size;
   kc.max_model_len = p.max_model_len;
@@ -128,17 +124,66 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   const std::int64_t slot_cap = (kc.memory_bytes - one_seq_blocks) / kc.slot_bytes;
   int want = o.max_num_seqs > 0 ? o.max_num_seqs : (p.max_num_seqs > 0 ? p.max_num_seqs : 256);
   if (slot_cap < want) {
-    res.kv_note = "max_num_seqs " + std::to_string(want) + " clamped to " + std::to_string(slot_cap) +
-                  " KDA state slots (the KV budget must still hold one sequence at max-model-len); ";
+    rc.note = "max_num_seqs " + std::to_string(want) + " clamped to " + std::to_string(slot_cap) +
+              " KDA state slots (the KV budget must still hold one sequence at max-model-len); ";
     want = static_cast<int>(std::max<std::int64_t>(1, slot_cap));
   }
   kc.max_num_seqs = want;
-  engine::scheduler_config sc;
-  sc.max_num_batched_tokens = p.max_num_batched_tokens;
-  sc.max_num_seqs = want;
-  sc.max_waiting_requests = o.max_waiting_requests;
-  sc.max_waiting_tokens = 1ll << 50;
-  const auto shape = kv_shape(m);
+  rc.scheduler.max_num_batched_tokens = p.max_num_batched_tokens;
+  rc.scheduler.max_num_seqs = want;
+  rc.scheduler.max_waiting_requests = o.max_waiting_requests;
+  rc.scheduler.max_waiting_tokens = 1ll << 50;
+  rc.shape = kv_shape(m);
+  return rc;
+}
+
+void summarize(sim_result& res, std::vector<double>& itl_samples, const sim_options& o) {
+  std::vector<double> ttft, tpot, e2e;
+  log_histogram itl;
+  for (double x : itl_samples) itl.add(x);
+  std::int64_t good = 0, out_tokens = 0, in_tokens = 0;
+  double last = 0;
+  res.completed = 0;
+  for (const auto& q : res.requests) {
+    if (!q.rejected.empty() || q.finish < 0) continue;
+    ++res.completed;
+    const double tt = q.first_token - q.arrival;
+    ttft.push_back(tt);
+    e2e.push_back(q.finish - q.arrival);
+    double tp = 0;
+    if (q.output > 1) {
+      tp = (q.finish - q.first_token) / double(q.output - 1);
+      tpot.push_back(tp);
+    }
+    if (tt <= o.slo_ttft && tp <= o.slo_tpot) ++good;
+    out_tokens += q.output;
+    in_tokens += q.input;
+    last = std::max(last, q.finish);
+  }
+  res.duration = last;
+  if (last > 0) {
+    res.request_throughput = double(res.completed) / last;
+    res.output_throughput = double(out_tokens) / last;
+    res.total_throughput = double(out_tokens + in_tokens) / last;
+    res.goodput = double(good) / last;
+  }
+  res.ttft = exact_stats(ttft);
+  res.tpot = exact_stats(tpot);
+  res.e2e = exact_stats(e2e);
+  res.itl = itl.stats();
+}
+
+sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_spec& w, const sim_options& o) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  const auto& p = cm.deployment();
+  sim_result res;
+  res.replicas = p.dp;
+
+  const auto rc = make_replica_config(cm, mp, o);
+  res.kv_note = rc.note;
+  const auto& kc = rc.kv;
+  const auto& sc = rc.scheduler;
+  const auto& shape = rc.shape;
   std::vector<replica> reps(static_cast<std::size_t>(p.dp));
   // The DES holds the cost model by reference for the whole run; the executor wants shared
   // ownership (the server hands it to an actor), so give it a non-owning handle.

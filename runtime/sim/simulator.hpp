@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/engine/kv_manager.hpp"
+#include "runtime/engine/scheduler.hpp"
 #include "runtime/sim/cost_model.hpp"
 #include "runtime/sim/memory_plan.hpp"
 #include "runtime/sim/workload.hpp"
@@ -67,5 +69,19 @@ struct sim_result {
 };
 
 [[nodiscard]] sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_spec& w, const sim_options& o);
+
+/// What one replica's scheduler actor / scheduler class gets: KV pools from the memory plan
+/// (accounting only) and limits. Both runners use it, so both size the same way.
+struct replica_config {
+  engine::kv_config kv;
+  engine::scheduler_config scheduler;
+  model::model_config shape; ///< layer kinds for the KV manager (pools are accounting only)
+  std::string note;          ///< clamping of max_num_seqs, if any
+};
+[[nodiscard]] replica_config make_replica_config(const cost_model& cm, const memory_plan& mp, const sim_options& o);
+
+/// Latency and throughput figures of `r` from finished requests (`r.requests` holds them;
+/// `itl` every inter-token gap). Used by the actor-driven runner.
+void summarize(sim_result& r, std::vector<double>& itl, const sim_options& o);
 
 } // namespace k3::sim

@@ -9,6 +9,7 @@
 #include "actors/protocol.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "actors/sim_shard_actor.hpp"
 #include "actors/sim_stream_actor.hpp"
 #include "actors/stream_actor.hpp"
 #include "runtime/engine/executor.hpp"
@@ -227,7 +228,7 @@ TEST_CASE_METHOD(sim_fixture, "protocol: scheduler actor + mock stream actor in 
   }
   // Deliver every message; when none is left, jump virtual time to the next modeled step end.
   for (int guard = 0; guard < 100000; ++guard) {
-    run();
+    sched.run();
     if (!sched.trigger_timeout()) break;
   }
   for (const auto& r : des.requests) {
@@ -238,4 +239,37 @@ TEST_CASE_METHOD(sim_fixture, "protocol: scheduler actor + mock stream actor in 
     CHECK(done[i] == Approx(r.finish).epsilon(0).margin(1e-6));
   }
   CHECK(done[2] > 40 * cm->decode(3, 3000).total); // really took modeled time, virtually
+}
+
+TEST_CASE_METHOD(sim_fixture, "protocol: a mock expert shard queues jobs that arrive while it is busy", "[actors][sim]") {
+  using namespace k3::sim;
+  const auto m = load_model_desc("kimi-k3");
+  const auto p = load_plan("A", "", 0, m);
+  auto cm = std::make_shared<const cost_model>(m, p, cost_params{}, expert_popularity(routing_spec{}, m.experts));
+  auto shard = actors::spawn_sim_shard(sys, cm, 0);
+  actors::expert_job job;
+  job.experts = {0, 1, 2, 3};
+  job.offsets = {0, 10, 20, 30, 40};
+  const double t = cm->rank_time(4, 40);
+  REQUIRE(t > 0);
+  const auto t0 = sched.clock().now();
+  std::vector<double> replied;
+  self->send(shard, actors::experts_atom::value, job);
+  self->send(shard, actors::experts_atom::value, job);
+  sched.run(); // messages only: the shard takes both jobs at t0 and schedules their replies
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(sched.trigger_timeout()); // virtual time jumps to the next reply
+    sched.run();
+    replied.push_back(std::chrono::duration<double>(sched.clock().now() - t0).count());
+    self->receive([](const actors::expert_reply& r) { CHECK(r.error.empty()); });
+  }
+  REQUIRE(replied.size() == 2);
+  CHECK(replied[0] == Approx(t).margin(1e-6));
+  CHECK(replied[1] == Approx(2 * t).margin(1e-6));
+  self->send(shard, actors::stats_atom::value);
+  run();
+  self->receive([](const actors::shard_stats& s) {
+    CHECK(s.jobs == 2);
+    CHECK(s.rows == 80);
+  });
 }

@@ -66,6 +66,9 @@ check "Azure trace replay" '[ $? -eq 0 ] && grep -q "trace x1" "$D/t.txt" && gre
 printf 'k3:expert_tokens_total{model_name="k",expert="0"} 900\nk3:expert_tokens_total{model_name="k",expert="1"} 100\n' >"$D/counts.prom"
 "$K3" sim --plan A --model kimi-k3 --routing "counts:$D/counts.prom" --workload closed:2 --num-requests 4 --output-len 20 >"$D/r.txt"
 check "recorded expert counts as routing" '[ $? -eq 0 ] && grep -q "recorded counts" "$D/r.txt"'
+"$K3" sim --plan A --workload closed:2 --input-len 500 --output-len 10 --num-requests 4 --engine actors >"$D/act.txt"
+check "--engine actors" '[ $? -eq 0 ] && grep -q "closed 2" "$D/act.txt" && grep -q "simulated 4 requests" "$D/act.txt"'
+expect_error "bad engine" "--engine gpu: expected des or actors" "$K3" sim --plan A --engine gpu
 "$K3" sim --validate >"$D/v.txt"
 check "validation table" '[ $? -eq 0 ] && [ $(grep -c "^| K" "$D/v.txt") -eq 5 ]'
 "$K3" sim --list-params >"$D/p.txt"
