@@ -155,11 +155,15 @@ std::string text_report(const report_input& in) {
     s += "  step time (last point): trunk " + pc(b.trunk) + ", experts " + pc(b.moe) + ", KDA " + pc(b.kda) + ", MLA " + pc(b.mla) + ", lm_head " +
          pc(b.lm_head) + ", all-reduce " + pc(b.allreduce) + ", EP all-to-all " + pc(b.all_to_all) + ", pipeline " + pc(b.pipeline) +
          ", overhead " + pc(b.overhead) + "\n";
-    s += "  mean batch " + fmt("%.1f", last.mean_batch_tokens) + " tokens, " + fmt("%.1f", last.mean_running) + " sequences per step; peak pools: " +
-         fmt("%.0f%%", 100 * last.peak_slots_used) + " of KDA slots, " + fmt("%.0f%%", 100 * last.peak_blocks_used) + " of MLA blocks\n";
+    if (!last.series.empty())
+      s += "  mean batch " + fmt("%.1f", last.mean_batch_tokens) + " tokens, " + fmt("%.1f", last.mean_running) + " sequences per step; peak pools: " +
+           fmt("%.0f%%", 100 * last.peak_slots_used) + " of KDA slots, " + fmt("%.0f%%", 100 * last.peak_blocks_used) + " of MLA blocks\n";
   }
   s += "  KV pools per replica: " + last.kv_note + "\n";
-  if (p.dp > 1) s += "  " + std::to_string(p.dp) + " attention replicas simulated, coupled through the MoE token count\n";
+  if (p.dp > 1) s += "  " + std::to_string(p.dp) + " attention replicas simulated, coupled through the MoE token count (or shared shard actors)\n";
+  if (p.pp > 1)
+    s += "  pipeline: " + std::to_string(in.cost->params().pp_microbatches) + " micro-batch(es) in flight through " + std::to_string(p.pp) +
+         " stages" + (in.cost->params().pp_microbatches < p.pp ? " — each stage idles part of every step (--param pp_microbatches=N)" : "") + "\n";
   double wall = 0;
   std::int64_t n = 0;
   for (const auto& pt : in.points) wall += pt.r.wall_seconds, n += pt.r.submitted;

@@ -5,7 +5,8 @@
 //     1 / 4 / 16 → 83 / 167 / 258 output tok/s per node: discrete-event runs, closed loop;
 //   * SGLang day-0, K3 on 8x GB300, TP8, batch 1 decode → 112.5 tok/s: one decode step;
 //   * SGLang + OME, Kimi K2 on H200, PD decode nodes, DP attention + EP96, 480 running per
-//     GPU at 2000 in / 100 out → 288k decode tok/s on 96 GPUs (3.0k per GPU): one decode
+//     GPU (our reading of the blog's "decode batch 480") at 2000 in / 100 out → 288k decode
+//     tok/s on 96 GPUs (3.0k per GPU): one decode
 //     step at the mean context of that workload.
 
 #include <string>
