@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "actors/sim_cluster.hpp"
-#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/deployment.hpp"
 #include "runtime/sim/simulator.hpp"
 
 namespace k3::bench {
@@ -29,16 +29,10 @@ int run_sim_benchmark(const sim_bench_options& o) {
   std::printf("k3 bench sim: %d requests per scenario, median of %d runs\n", n, o.repeats);
   std::printf("  %-40s %10s %14s %14s %12s\n", "scenario", "wall s", "requests/s", "steps/s", "virtual s");
   for (const auto& s : list) {
-    const auto p = load_plan(s.plan, "", 0, m);
-    const cost_model cm(m, p, c, expert_popularity(routing_spec{}, m.experts));
-    const auto mp = plan_memory(m, p, c);
-    workload_spec w;
-    w.input = {length_dist::kind::fixed, double(s.input), 0};
-    w.output = {length_dist::kind::fixed, double(s.output), 0};
-    w.num_requests = n;
-    w = parse_workload(s.workload, w);
+    const auto d = make_deployment(m, load_plan(s.plan, "", 0, m), c);
+    const auto w = parse_workload(s.workload, fixed_workload(workload_spec::kind::poisson, 1, n, s.input, s.output));
     std::vector<sim_result> runs;
-    for (int r = 0; r < o.repeats; ++r) runs.push_back(simulate(cm, mp, w, sim_options{}));
+    for (int r = 0; r < o.repeats; ++r) runs.push_back(simulate(*d.cost, d.memory, w, sim_options{}));
     std::sort(runs.begin(), runs.end(), [](const sim_result& a, const sim_result& b) { return a.wall_seconds < b.wall_seconds; });
     const auto& med = runs[runs.size() / 2];
     std::printf("  %-40s %10.3f %14.0f %14.0f %12.1f\n", s.name.c_str(), med.wall_seconds, double(med.submitted) / med.wall_seconds,
@@ -47,17 +41,10 @@ int run_sim_benchmark(const sim_bench_options& o) {
   // The same traffic through the production actors (mock stream + 8 mock shard actors, every
   // MoE layer of every step as messages) vs the plain discrete-event run.
   {
-    const auto p = load_plan("A", "", 0, m);
-    auto cm = std::make_shared<const cost_model>(m, p, c, expert_popularity(routing_spec{}, m.experts));
-    const auto mp = plan_memory(m, p, c);
-    workload_spec w;
-    w.k = workload_spec::kind::closed;
-    w.concurrency = 16;
-    w.num_requests = n / 20;
-    w.input = {length_dist::kind::fixed, 2000, 0};
-    w.output = {length_dist::kind::fixed, 100, 0};
-    const auto des = simulate(*cm, mp, w, sim_options{});
-    const auto act = actors::simulate_actors(cm, mp, w, sim_options{});
+    const auto d = make_deployment(m, load_plan("A", "", 0, m), c);
+    const auto w = fixed_workload(workload_spec::kind::closed, 16, n / 20, 2000, 100);
+    const auto des = simulate(*d.cost, d.memory, w, sim_options{});
+    const auto act = actors::simulate_actors(d.cost, d.memory, w, sim_options{});
     std::printf("  plan A, closed 16, 2000/100, %lld requests: discrete-event %.3f s wall (%.0f req/s), actors %.3f s wall (%.0f req/s);\n"
                 "    TPOT p50 %.2f vs %.2f ms, TTFT p50 %.1f vs %.1f ms\n",
                 static_cast<long long>(w.num_requests), des.wall_seconds, double(des.submitted) / des.wall_seconds, act.wall_seconds,

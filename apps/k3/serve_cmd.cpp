@@ -15,7 +15,7 @@
 #include "net/http_server.hpp"
 #include "net/server_config.hpp"
 #include "runtime/model/make_model.hpp"
-#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/deployment.hpp"
 #include "runtime/sim/sim_executor.hpp"
 #include "runtime/tokenizer/kimi_tokenizer.hpp"
 
@@ -119,10 +119,10 @@ int serve_main(const std::vector<std::string_view>& args) {
     // supplies the tokenizer and chat format.
     const auto km = sim::load_model_desc("kimi-k3");
     const auto plan = sim::load_plan(cfg.simulate, cfg.simulate_hardware, cfg.simulate_gpus, km);
-    const sim::cost_params cp;
-    const auto mp = sim::plan_memory(km, plan, cp);
+    const auto dep = sim::make_deployment(km, plan);
+    const auto& mp = dep.memory;
     if (!mp.fits) throw std::invalid_argument("--simulate " + cfg.simulate + ": the plan does not fit: " + mp.why);
-    auto cm = std::make_shared<const sim::cost_model>(km, plan, cp, sim::expert_popularity(sim::routing_spec{}, km.experts));
+    const auto& cm = dep.cost;
     const auto tok = tok::kimi_tokenizer::load(cfg.model);
     auto ids = tok.encode("This is placeholder text from k3 serve --simulate, streamed at the pace the simulator models for "
                           "Kimi K3 on this plan. ", false);

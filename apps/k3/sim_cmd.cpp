@@ -8,6 +8,7 @@
 #include "actors/sim_cluster.hpp"
 #include "apps/k3/cli_args.hpp"
 #include "runtime/sim/builtin.hpp"
+#include "runtime/sim/deployment.hpp"
 #include "runtime/sim/report.hpp"
 #include "runtime/sim/sim_error.hpp"
 #include "runtime/sim/validation.hpp"
@@ -120,10 +121,10 @@ int sim_main(const std::vector<std::string_view>& args) {
   const auto p = sim::load_plan(plan_spec, hardware, gpus, m);
   auto rspec = sim::parse_routing(routing);
   rspec.seed = seed;
-  const auto pop = sim::expert_popularity(rspec, m.experts);
-  const auto cm_ptr = std::make_shared<const sim::cost_model>(m, p, params, pop);
+  const auto dep = sim::make_deployment(m, p, params, rspec);
+  const auto& cm_ptr = dep.cost;
   const sim::cost_model& cm = *cm_ptr;
-  const auto mp = sim::plan_memory(m, p, params);
+  const auto& mp = dep.memory;
 
   sim::workload_spec base;
   base.input = sim::parse_length(input_len, "--input-len");

@@ -3,8 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "runtime/sim/cost_model.hpp"
-#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/deployment.hpp"
 #include "runtime/sim/simulator.hpp"
 
 namespace k3::sim {
@@ -12,23 +11,16 @@ namespace k3::sim {
 std::vector<validation_point> run_validation(const cost_params& params) {
   std::vector<validation_point> out;
   const auto k3m = load_model_desc("kimi-k3");
-  const auto uniform = expert_popularity(routing_spec{}, k3m.experts);
   {
     const auto p = plan_from_command("vllm serve moonshotai/Kimi-K3 --tensor-parallel-size 8 --expert-parallel-size 8 --max-model-len 131072 "
                                      "--gpu-memory-utilization 0.95",
                                      load_gpu_spec("b300"), 8, k3m);
-    const cost_model cm(k3m, p, params, uniform);
-    const auto mp = plan_memory(k3m, p, params);
+    const auto d = make_deployment(k3m, p, params);
     const double published[] = {83, 167, 258};
     const int conc[] = {1, 4, 16};
     for (int i = 0; i < 3; ++i) {
-      workload_spec w;
-      w.k = workload_spec::kind::closed;
-      w.concurrency = conc[i];
-      w.input = {length_dist::kind::fixed, 8192, 0};
-      w.output = {length_dist::kind::fixed, 1024, 0};
-      w.num_requests = 4 * conc[i];
-      const auto r = simulate(cm, mp, w, sim_options{});
+      const auto w = fixed_workload(workload_spec::kind::closed, conc[i], 4 * conc[i], 8192, 1024);
+      const auto r = simulate(*d.cost, d.memory, w, sim_options{});
       out.push_back({"K3 8x B300 TP8 EP8, 8K/1K, concurrency " + std::to_string(conc[i]),
                      "vLLM v0.27.1 baseline (vllm-project.github.io 2026-09-13 K3 post)", "output tok/s per node", published[i],
                      r.output_throughput});
@@ -36,19 +28,17 @@ std::vector<validation_point> run_validation(const cost_params& params) {
   }
   {
     const auto p = plan_from_command("--tp 8 --ep 8 --max-model-len 131072", load_gpu_spec("gb300_nvl72"), 8, k3m);
-    const cost_model cm(k3m, p, params, uniform);
     out.push_back({"K3 8x GB300 TP8, batch-1 decode", "SGLang day-0 blog (after 15 optimizations, no DSpark)", "tok/s", 112.5,
-                   1.0 / cm.decode(1, 2048).total});
+                   1.0 / make_deployment(k3m, p, params).cost->decode(1, 2048).total});
   }
   {
     const auto k2 = load_model_desc("kimi-k2");
     auto c = params;
     c.pd_decode = true;
     const auto p = plan_from_command("--tp 96 --dp 96 --enable-dp-attention --ep 96 --max-model-len 131072", load_gpu_spec("h200"), 96, k2);
-    const cost_model cm(k2, p, c, expert_popularity(routing_spec{}, k2.experts));
     const int batch = 480;
     out.push_back({"Kimi K2, 96x H200 decode (DP attention, EP96), 480 per GPU, 2000/100", "SGLang + OME (lmsys blog 2025-07-20)",
-                   "decode tok/s per GPU", 288000.0 / 96, batch / cm.decode(batch, 2050).total});
+                   "decode tok/s per GPU", 288000.0 / 96, batch / make_deployment(k2, p, c).cost->decode(batch, 2050).total});
   }
   return out;
 }

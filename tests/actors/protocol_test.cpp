@@ -14,7 +14,7 @@
 #include "actors/stream_actor.hpp"
 #include "runtime/engine/executor.hpp"
 #include "runtime/model/config.hpp"
-#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/deployment.hpp"
 #include "runtime/sim/simulator.hpp"
 #include "tests/model/model_fixture.hpp"
 
@@ -174,14 +174,10 @@ TEST_CASE_METHOD(sim_fixture, "protocol: scheduler actor + mock stream actor in 
   const auto m = load_model_desc("kimi-k3");
   const auto p = load_plan("A", "", 0, m);
   const cost_params c;
-  auto cm = std::make_shared<const cost_model>(m, p, c, expert_popularity(routing_spec{}, m.experts));
-  const auto mp = plan_memory(m, p, c);
-  workload_spec w;
-  w.k = workload_spec::kind::closed;
-  w.concurrency = 3;
-  w.num_requests = 3;
-  w.input = {length_dist::kind::fixed, 3000, 0};
-  w.output = {length_dist::kind::fixed, 40, 0};
+  const auto dep = make_deployment(m, p, c);
+  const auto& cm = dep.cost;
+  const auto& mp = dep.memory;
+  const auto w = fixed_workload(workload_spec::kind::closed, 3, 3, 3000, 40);
   sim_options o;
   o.keep_requests = true;
   const auto des = simulate(*cm, mp, w, o);
@@ -245,7 +241,7 @@ TEST_CASE_METHOD(sim_fixture, "protocol: a mock expert shard queues jobs that ar
   using namespace k3::sim;
   const auto m = load_model_desc("kimi-k3");
   const auto p = load_plan("A", "", 0, m);
-  auto cm = std::make_shared<const cost_model>(m, p, cost_params{}, expert_popularity(routing_spec{}, m.experts));
+  const auto cm = make_deployment(m, p).cost;
   auto shard = actors::spawn_sim_shard(sys, cm, 0);
   actors::expert_job job;
   job.experts = {0, 1, 2, 3};

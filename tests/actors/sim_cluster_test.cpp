@@ -3,35 +3,27 @@
 #include <catch2/catch.hpp>
 
 #include "actors/sim_cluster.hpp"
-#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/deployment.hpp"
 
 using namespace k3;
 using namespace k3::sim;
 
 namespace {
+// A deployment of K3 on B300s from a launch line (optionally with another per-expert cost).
 struct setup {
   explicit setup(const std::string& cmd, int gpus, double expert_overhead_us = -1) {
+    cost_params c;
     if (expert_overhead_us >= 0) c.moe_expert_overhead_us = expert_overhead_us;
-    m = load_model_desc("kimi-k3");
-    p = plan_from_command(cmd, load_gpu_spec("b300"), gpus, m);
-    cm = std::make_shared<const cost_model>(m, p, c, expert_popularity(routing_spec{}, m.experts));
-    mp = plan_memory(m, p, c);
+    const auto m = load_model_desc("kimi-k3");
+    d = make_deployment(m, plan_from_command(cmd, load_gpu_spec("b300"), gpus, m), c);
+    cm = d.cost;
+    mp = d.memory;
   }
-  model_desc m;
-  plan p;
-  cost_params c;
+  deployment d;
   std::shared_ptr<const cost_model> cm;
   memory_plan mp;
 };
-workload_spec poisson(double rate, int n, int in, int out) {
-  workload_spec w;
-  w.k = workload_spec::kind::poisson;
-  w.rate = rate;
-  w.num_requests = n;
-  w.input = {length_dist::kind::fixed, double(in), 0};
-  w.output = {length_dist::kind::fixed, double(out), 0};
-  return w;
-}
+workload_spec poisson(double rate, int n, int in, int out) { return fixed_workload(workload_spec::kind::poisson, rate, n, in, out); }
 } // namespace
 
 TEST_CASE("sim actors: without expert shards the actor run equals the discrete-event run", "[actors][sim]") {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "runtime/sim/memory_plan.hpp"
+#include "runtime/sim/deployment.hpp"
 #include "runtime/sim/sim_error.hpp"
 #include "runtime/sim/sim_executor.hpp"
 #include "runtime/sim/simulator.hpp"
@@ -20,15 +20,7 @@ const model_desc& k3m() {
 }
 std::vector<double> uniform() { return expert_popularity(routing_spec{}, 896); }
 plan plan_a() { return load_plan("A", "", 0, k3m()); }
-workload_spec closed(int c, int in, int out, int n) {
-  workload_spec w;
-  w.k = workload_spec::kind::closed;
-  w.concurrency = c;
-  w.input = {length_dist::kind::fixed, double(in), 0};
-  w.output = {length_dist::kind::fixed, double(out), 0};
-  w.num_requests = n;
-  return w;
-}
+workload_spec closed(int c, int in, int out, int n) { return fixed_workload(workload_spec::kind::closed, c, n, in, out); }
 } // namespace
 
 TEST_CASE("routing: uniform, power law, recorded counts; EPLB replicas even out the ranks", "[sim]") {
@@ -232,17 +224,8 @@ TEST_CASE("validation: published points within ±20% with the default parameters
 }
 
 TEST_CASE("10k requests of plan C simulate (and faster than real time by far)", "[sim]") {
-  const auto p = load_plan("C", "", 0, k3m());
-  const cost_params c;
-  const cost_model cm(k3m(), p, c, uniform());
-  const auto mp = plan_memory(k3m(), p, c);
-  workload_spec w;
-  w.k = workload_spec::kind::poisson;
-  w.rate = 20;
-  w.num_requests = 10000;
-  w.input = {length_dist::kind::fixed, 2000, 0};
-  w.output = {length_dist::kind::fixed, 200, 0};
-  const auto r = simulate(cm, mp, w, sim_options{});
+  const auto d = make_deployment(k3m(), load_plan("C", "", 0, k3m()));
+  const auto r = simulate(*d.cost, d.memory, fixed_workload(workload_spec::kind::poisson, 20, 10000, 2000, 200), sim_options{});
   CHECK(r.completed == 10000);
   CHECK(r.replicas == 3);
   CHECK(r.duration > 400); // ≈ 10000 / 20 req/s of virtual time
