@@ -32,7 +32,7 @@ memory_plan plan_memory(const model_desc& m, const plan& p, const cost_params& c
     r.expert_weights = double(moe) * m.experts * eb / tp;
   }
   r.activations = double(p.max_num_batched_tokens) * m.hidden * 2.0 * c.activation_hidden_buffers +
-                  double(std::min(p.max_num_batched_tokens, p.max_num_seqs > 0 ? p.max_num_seqs : 1024)) * m.vocab / tp * 4.0;
+                  double(std::min(p.max_num_batched_tokens, p.max_num_seqs > 0 ? p.max_num_seqs : 256)) * m.vocab / tp * 4.0;
   r.reserved = c.reserved_gb * 1e9;
   r.usable = p.gpu.usable_memory_gb * 1e9;
   r.budget = r.usable * p.gpu_memory_utilization;
