@@ -19,6 +19,9 @@
 #include "bench/engine_bench.hpp"
 #include "bench/serve_bench.hpp"
 #include "bench/sim_bench.hpp"
+#ifdef K3_BENCH_CUDA
+#include "bench/cuda_moe_bench.hpp"
+#endif
 #include "bench/model_bench.hpp"
 #include "kernels/common/cpu_features.hpp"
 
@@ -43,6 +46,7 @@ void usage(FILE* out) {
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
              "  bench sim     [--quick]   (cluster simulator wall time: simulated requests per second)\n"
+             "  bench cuda    [--quick]   (GPU MoE layer at K3 dimensions vs the HBM floor; needs a GPU)\n"
              "  bench serve   --url URL [--num-prompts N] [--request-rate R | --max-concurrency C]\n"
              "                [--input-len L] [--output-len M] [--model NAME] [--api-key K]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
@@ -106,6 +110,16 @@ int bench_main(const std::vector<std::string_view>& args) {
       std::fprintf(stderr, "k3 bench serve: %s\n", e.what());
       return 2;
     }
+  }
+  if (!args.empty() && args[0] == "cuda") {
+    const bool quick = args.size() > 1 && args[1] == "--quick";
+#ifdef K3_BENCH_CUDA
+    return k3::bench::run_cuda_moe_benchmark(quick);
+#else
+    (void)quick;
+    std::fprintf(stderr, "k3 bench cuda: this build has no CUDA backend (configured with K3_CUDA=OFF or without nvcc)\n");
+    return 2;
+#endif
   }
   if (!args.empty() && args[0] == "sim") {
     k3::bench::sim_bench_options so;

@@ -1,0 +1,132 @@
+#include "bench/cuda_moe_bench.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "kernels/cuda/device.cuh"
+#include "kernels/cuda/fill.cuh"
+#include "kernels/cuda/moe_decode.cuh"
+
+namespace k3::bench {
+namespace {
+
+#define K3_BENCH_CUDA_TRY(expr)                                                                              \
+  do {                                                                                                   \
+    const cudaError_t e_ = (expr);                                                                       \
+    if (e_ != cudaSuccess) {                                                                             \
+      std::fprintf(stderr, "k3 bench cuda: %s: %s\n", #expr, cudaGetErrorString(e_));                    \
+      return 2;                                                                                          \
+    }                                                                                                    \
+  } while (0)
+
+#define K3_BENCH_STATUS(expr)                                                                            \
+  do {                                                                                                   \
+    const auto s_ = (expr);                                                                              \
+    if (!s_.ok) {                                                                                        \
+      std::fprintf(stderr, "k3 bench cuda: %s\n", s_.message.c_str());                                   \
+      return 2;                                                                                          \
+    }                                                                                                    \
+  } while (0)
+
+} // namespace
+
+int run_cuda_moe_benchmark(bool quick) {
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "k3 bench cuda: no CUDA device visible\n");
+    return 2;
+  }
+  std::printf("k3 bench cuda: %s\n", cuda::device_name(0).c_str());
+  const int E = quick ? 128 : 896, K = 16, inter = 3072, width = 3584;
+  const std::size_t packed = std::size_t(inter) * width / 2, scales = std::size_t(inter) * width / 32;
+  const double expert_bytes = 3.0 * double(packed + scales);
+  // Measured ceiling: device-to-device copy (read + write) of 2 GiB.
+  const std::size_t copy_bytes = std::size_t(2) << 30;
+  void *src = nullptr, *dst = nullptr;
+  K3_BENCH_CUDA_TRY(cudaMalloc(&src, copy_bytes));
+  K3_BENCH_CUDA_TRY(cudaMalloc(&dst, copy_bytes));
+  cudaEvent_t a, b;
+  K3_BENCH_CUDA_TRY(cudaEventCreate(&a));
+  K3_BENCH_CUDA_TRY(cudaEventCreate(&b));
+  K3_BENCH_CUDA_TRY(cudaMemcpy(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
+  K3_BENCH_CUDA_TRY(cudaEventRecord(a));
+  for (int i = 0; i < 5; ++i) K3_BENCH_CUDA_TRY(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
+  K3_BENCH_CUDA_TRY(cudaEventRecord(b));
+  K3_BENCH_CUDA_TRY(cudaEventSynchronize(b));
+  float ms = 0;
+  K3_BENCH_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+  const double ceiling = 5.0 * 2.0 * double(copy_bytes) / (ms * 1e-3);
+  cudaFree(src);
+  cudaFree(dst);
+  std::printf("  measured copy bandwidth (read + write): %.2f TB/s\n", ceiling / 1e12);
+
+  // Weights: one allocation per matrix kind, filled on the device.
+  std::uint8_t *wp = nullptr, *ws_ = nullptr;
+  K3_BENCH_CUDA_TRY(cudaMalloc(&wp, std::size_t(E) * 3 * packed));
+  K3_BENCH_CUDA_TRY(cudaMalloc(&ws_, std::size_t(E) * 3 * scales));
+  K3_BENCH_STATUS(cuda::fill_random_bytes(wp, std::size_t(E) * 3 * packed, 7, nullptr));
+  K3_BENCH_STATUS(cuda::fill_bytes_in_range(ws_, std::size_t(E) * 3 * scales, 118, 8, 11, nullptr));
+  std::vector<const std::uint8_t*> ptr[6];
+  for (int e = 0; e < E; ++e)
+    for (int m = 0; m < 3; ++m) {
+      ptr[2 * m].push_back(wp + (std::size_t(e) * 3 + m) * packed);
+      ptr[2 * m + 1].push_back(ws_ + (std::size_t(e) * 3 + m) * scales);
+    }
+  const std::uint8_t** dptr[6];
+  for (int i = 0; i < 6; ++i) {
+    K3_BENCH_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&dptr[i]), E * sizeof(void*)));
+    K3_BENCH_CUDA_TRY(cudaMemcpy(dptr[i], ptr[i].data(), E * sizeof(void*), cudaMemcpyHostToDevice));
+  }
+  cuda::moe_weights w;
+  w.w1_packed = dptr[0], w.w1_scales = dptr[1], w.w3_packed = dptr[2], w.w3_scales = dptr[3], w.w2_packed = dptr[4], w.w2_scales = dptr[5];
+  w.experts = E, w.inter = inter, w.width = width;
+  const int max_t = 64;
+  cuda::moe_workspace work(max_t, K, E, inter, width);
+  void* scratch = nullptr;
+  K3_BENCH_CUDA_TRY(cudaMalloc(&scratch, work.bytes()));
+  work.bind(scratch);
+  float *x = nullptr, *y = nullptr, *wt = nullptr;
+  std::int32_t* ids = nullptr;
+  K3_BENCH_CUDA_TRY(cudaMalloc(&x, std::size_t(max_t) * width * 4));
+  K3_BENCH_CUDA_TRY(cudaMalloc(&y, std::size_t(max_t) * width * 4));
+  K3_BENCH_CUDA_TRY(cudaMalloc(&wt, std::size_t(max_t) * K * 4));
+  K3_BENCH_CUDA_TRY(cudaMalloc(&ids, std::size_t(max_t) * K * 4));
+  K3_BENCH_CUDA_TRY(cudaMemset(x, 0, std::size_t(max_t) * width * 4));
+  std::mt19937_64 rng(5);
+  std::printf("  %-6s %9s %12s %10s %12s %12s\n", "batch", "experts", "time us", "GB/s", "of floor", "of measured");
+  for (int T : {1, 4, 16, 64}) {
+    std::vector<std::int32_t> h_ids(std::size_t(T) * K);
+    std::set<int> unique;
+    for (int t = 0; t < T; ++t) {
+      std::vector<int> pool(E);
+      for (int e = 0; e < E; ++e) pool[e] = e;
+      for (int j = 0; j < K; ++j) {
+        std::swap(pool[j], pool[j + static_cast<int>(rng() % static_cast<unsigned>(E - j))]);
+        h_ids[std::size_t(t) * K + j] = pool[j];
+        unique.insert(pool[j]);
+      }
+    }
+    std::vector<float> h_w(h_ids.size(), 1.0f / K);
+    K3_BENCH_CUDA_TRY(cudaMemcpy(ids, h_ids.data(), h_ids.size() * 4, cudaMemcpyHostToDevice));
+    K3_BENCH_CUDA_TRY(cudaMemcpy(wt, h_w.data(), h_w.size() * 4, cudaMemcpyHostToDevice));
+    cuda::moe_activation act;
+    K3_BENCH_STATUS(cuda::moe_routed_experts(x, ids, wt, T, w, act, work, y, nullptr)); // warm-up
+    const int iters = quick ? 5 : 20;
+    K3_BENCH_CUDA_TRY(cudaEventRecord(a));
+    for (int i = 0; i < iters; ++i) K3_BENCH_STATUS(cuda::moe_routed_experts(x, ids, wt, T, w, act, work, y, nullptr));
+    K3_BENCH_CUDA_TRY(cudaEventRecord(b));
+    K3_BENCH_CUDA_TRY(cudaEventSynchronize(b));
+    K3_BENCH_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+    const double t = ms * 1e-3 / iters, bytes = double(unique.size()) * expert_bytes;
+    std::printf("  %-6d %9zu %12.1f %10.0f %12.3f %12.3f\n", T, unique.size(), t * 1e6, bytes / t / 1e9, bytes / 4.8e12 / t,
+                bytes / (ceiling / 2) / t);
+  }
+  std::printf("  (floor = bytes of the selected experts / 4.8 TB/s; measured = / half the copy bandwidth, i.e. read rate)\n");
+  return 0;
+}
+
+} // namespace k3::bench

@@ -1,0 +1,11 @@
+#pragma once
+// `k3 bench cuda`: the GPU MoE layer (kernels/cuda/moe_decode) at K3's real dimensions — 896
+// experts of 3 × 3072 × 3584 MXFP4, 16 active per token, batch 1 … 64 — against the HBM floor
+// (bytes of the selected experts / 4.8 TB/s, H200) and against this card's measured
+// device-to-device copy bandwidth. Needs a CUDA device; returns 2 without one.
+
+namespace k3::bench {
+
+int run_cuda_moe_benchmark(bool quick);
+
+} // namespace k3::bench

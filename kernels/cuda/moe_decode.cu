@@ -1,0 +1,249 @@
+#include "kernels/cuda/moe_decode.cuh"
+
+#include <cub/cub.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include "kernels/cuda/check.cuh"
+
+namespace k3::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kTokChunk = 8; // tokens of a segment processed per pass over a weight row
+
+__device__ __forceinline__ float e8m0(std::uint8_t e) {
+  if (e == 0xFF) return __int_as_float(0x7fc00000);
+  if (e == 0) return __int_as_float(0x00400000);
+  return __int_as_float(static_cast<int>(e) << 23);
+}
+
+__device__ __forceinline__ float e2m1(unsigned code) {
+  // bit 3 sign, bits 2-1 exponent, bit 0 mantissa: 0, .5, 1, 1.5, 2, 3, 4, 6
+  constexpr float mag[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const float v = mag[code & 7u];
+  return (code & 8u) ? -v : v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float round_bf16(float v) {
+  unsigned u = __float_as_uint(v);
+  if ((u & 0x7f800000u) == 0x7f800000u) return v; // inf / nan unchanged
+  u += 0x7fffu + ((u >> 16) & 1u);               // round to nearest even
+  return __uint_as_float(u & 0xffff0000u);
+}
+
+__global__ void init_pairs(const std::int32_t* __restrict__ ids, int n, std::int32_t* keys, std::int32_t* pairs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    keys[i] = ids[i];
+    pairs[i] = i;
+  }
+}
+
+__global__ void flag_heads(const std::int32_t* __restrict__ keys, int n, std::int32_t* flags) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) flags[i] = (i == 0 || keys[i] != keys[i - 1]) ? 1 : 0;
+}
+
+// Segment `seg` covers sorted positions [starts[seg], starts[seg+1]) (the last ends at n).
+__device__ __forceinline__ bool segment(const std::int32_t* starts, const std::int32_t* nseg, int n, int seg, int& begin,
+                                        int& end) {
+  const int count = *nseg;
+  if (seg >= count) return false;
+  begin = starts[seg];
+  end = seg + 1 < count ? starts[seg + 1] : n;
+  return true;
+}
+
+// One warp per (segment, row of W1/W3): h[pair, row] = act(W1[row]·x, W3[row]·x).
+__global__ void gate_up_kernel(const float* __restrict__ x, int width, const std::int32_t* __restrict__ keys,
+                               const std::int32_t* __restrict__ pairs, const std::int32_t* __restrict__ starts,
+                               const std::int32_t* __restrict__ nseg, int n, int top_k, moe_weights w, moe_activation act,
+                               float* __restrict__ h) {
+  const long long gw = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int seg = static_cast<int>(gw / w.inter), row = static_cast<int>(gw % w.inter);
+  int begin = 0, end = 0;
+  if (!segment(starts, nseg, n, seg, begin, end)) return;
+  const int e = keys[begin];
+  const int nb = width / 32;
+  const std::uint8_t* p1 = w.w1_packed[e] + static_cast<long long>(row) * (width / 2);
+  const std::uint8_t* s1 = w.w1_scales[e] + static_cast<long long>(row) * nb;
+  const std::uint8_t* p3 = w.w3_packed[e] + static_cast<long long>(row) * (width / 2);
+  const std::uint8_t* s3 = w.w3_scales[e] + static_cast<long long>(row) * nb;
+  for (int t0 = begin; t0 < end; t0 += kTokChunk) {
+    const int nt = min(kTokChunk, end - t0);
+    float g[kTokChunk] = {}, u[kTokChunk] = {};
+    for (int b = lane; b < nb; b += kWarp) {
+      const uint4 q1 = *reinterpret_cast<const uint4*>(p1 + b * 16), q3 = *reinterpret_cast<const uint4*>(p3 + b * 16);
+      const std::uint32_t w1w[4] = {q1.x, q1.y, q1.z, q1.w}, w3w[4] = {q3.x, q3.y, q3.z, q3.w};
+      const float sc1 = e8m0(s1[b]), sc3 = e8m0(s3[b]);
+      for (int j = 0; j < nt; ++j) {
+        const float* xb = x + static_cast<long long>(pairs[t0 + j] / top_k) * width + b * 32;
+        float a1 = 0.f, a3 = 0.f;
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const unsigned b1 = (w1w[q / 4] >> (8 * (q % 4))) & 0xFFu, b3 = (w3w[q / 4] >> (8 * (q % 4))) & 0xFFu;
+          const float x0 = xb[2 * q], x1 = xb[2 * q + 1];
+          a1 += e2m1(b1 & 0xFu) * x0 + e2m1(b1 >> 4) * x1;
+          a3 += e2m1(b3 & 0xFu) * x0 + e2m1(b3 >> 4) * x1;
+        }
+        g[j] += a1 * sc1;
+        u[j] += a3 * sc3;
+      }
+    }
+    for (int j = 0; j < nt; ++j) {
+      const float a = warp_sum(g[j]), bsum = warp_sum(u[j]);
+      if (lane != 0) continue;
+      float out;
+      if (act.situ) {
+        const float gate = act.beta * tanhf(a / act.beta) * (1.f / (1.f + expf(-a)));
+        const float up = act.linear_beta > 0.f ? act.linear_beta * tanhf(bsum / act.linear_beta) : bsum;
+        out = gate * up;
+      } else {
+        out = a / (1.f + expf(-a)) * bsum;
+      }
+      h[static_cast<long long>(pairs[t0 + j]) * w.inter + row] = out;
+    }
+  }
+}
+
+// One warp per (segment, column of the output): out[pair, col] = weight · (W2[col] · h[pair]).
+__global__ void down_kernel(const float* __restrict__ h, const float* __restrict__ weights, const std::int32_t* __restrict__ keys,
+                            const std::int32_t* __restrict__ pairs, const std::int32_t* __restrict__ starts,
+                            const std::int32_t* __restrict__ nseg, int n, moe_weights w, bool round_bf16_out,
+                            float* __restrict__ out) {
+  const long long gw = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int seg = static_cast<int>(gw / w.width), col = static_cast<int>(gw % w.width);
+  int begin = 0, end = 0;
+  if (!segment(starts, nseg, n, seg, begin, end)) return;
+  const int e = keys[begin];
+  const int nb = w.inter / 32;
+  const std::uint8_t* p2 = w.w2_packed[e] + static_cast<long long>(col) * (w.inter / 2);
+  const std::uint8_t* s2 = w.w2_scales[e] + static_cast<long long>(col) * nb;
+  for (int t0 = begin; t0 < end; t0 += kTokChunk) {
+    const int nt = min(kTokChunk, end - t0);
+    float acc[kTokChunk] = {};
+    for (int b = lane; b < nb; b += kWarp) {
+      const uint4 q2 = *reinterpret_cast<const uint4*>(p2 + b * 16);
+      const std::uint32_t ww[4] = {q2.x, q2.y, q2.z, q2.w};
+      const float sc = e8m0(s2[b]);
+      for (int j = 0; j < nt; ++j) {
+        const float* hb = h + static_cast<long long>(pairs[t0 + j]) * w.inter + b * 32;
+        float a = 0.f;
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const unsigned by = (ww[q / 4] >> (8 * (q % 4))) & 0xFFu;
+          a += e2m1(by & 0xFu) * hb[2 * q] + e2m1(by >> 4) * hb[2 * q + 1];
+        }
+        acc[j] += a * sc;
+      }
+    }
+    for (int j = 0; j < nt; ++j) {
+      float v = warp_sum(acc[j]);
+      if (lane != 0) continue;
+      if (round_bf16_out) v = round_bf16(v);
+      const int pair = pairs[t0 + j];
+      out[static_cast<long long>(pair) * w.width + col] = weights[pair] * v;
+    }
+  }
+}
+
+// y[t, c] = Σ_s out[t·k + s, c], slots in order.
+__global__ void combine_kernel(const float* __restrict__ out, int tokens, int top_k, int width, float* __restrict__ y) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<long long>(tokens) * width) return;
+  const long long t = i / width, c = i % width;
+  float s = 0.f;
+  for (int k = 0; k < top_k; ++k) s += out[(t * top_k + k) * width + c];
+  y[i] = s;
+}
+
+std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
+
+} // namespace
+
+moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inter_, int width_)
+    : max_tokens(max_tokens_), top_k(top_k_), experts(experts_), inter(inter_), width(width_) {
+  const std::size_t n = static_cast<std::size_t>(max_tokens) * top_k;
+  while ((1 << key_bits) < experts) ++key_bits;
+  std::size_t sort_bytes = 0, select_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr),
+                                  static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), static_cast<int>(n), 0,
+                                  key_bits);
+  cub::DeviceSelect::Flagged(nullptr, select_bytes, thrust::counting_iterator<std::int32_t>(0), static_cast<const std::int32_t*>(nullptr),
+                             static_cast<std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), static_cast<int>(n));
+  cub_bytes = std::max(sort_bytes, select_bytes);
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t o = at;
+    at += align256(bytes);
+    return o;
+  };
+  off_keys_in = take(n * 4);
+  off_keys = take(n * 4);
+  off_pairs_in = take(n * 4);
+  off_pairs = take(n * 4);
+  off_flags = take(n * 4);
+  off_starts = take(n * 4);
+  off_nseg = take(4);
+  off_h = take(n * static_cast<std::size_t>(inter) * 4);
+  off_out = take(n * static_cast<std::size_t>(width) * 4);
+  off_cub = take(cub_bytes);
+  total_ = at;
+}
+
+status moe_routed_experts(const float* x, const std::int32_t* ids, const float* weights, int tokens, const moe_weights& w,
+                          const moe_activation& act, moe_workspace& ws, float* y, cudaStream_t stream) {
+  if (tokens < 0 || tokens > ws.max_tokens) return {false, "moe_routed_experts: tokens outside [0, workspace max_tokens]"};
+  if (w.width % 32 != 0 || w.inter % 32 != 0 || w.width <= 0 || w.inter <= 0)
+    return {false, "moe_routed_experts: width and inter must be positive multiples of 32"};
+  if (w.width != ws.width || w.inter != ws.inter || w.experts != ws.experts)
+    return {false, "moe_routed_experts: the workspace was sized for other dimensions"};
+  if (!ws.base_) return {false, "moe_routed_experts: workspace not bound to device memory"};
+  if (tokens == 0) return {};
+  const int n = tokens * ws.top_k;
+  char* b = ws.base_;
+  auto* keys_in = reinterpret_cast<std::int32_t*>(b + ws.off_keys_in);
+  auto* keys = reinterpret_cast<std::int32_t*>(b + ws.off_keys);
+  auto* pairs_in = reinterpret_cast<std::int32_t*>(b + ws.off_pairs_in);
+  auto* pairs = reinterpret_cast<std::int32_t*>(b + ws.off_pairs);
+  auto* flags = reinterpret_cast<std::int32_t*>(b + ws.off_flags);
+  auto* starts = reinterpret_cast<std::int32_t*>(b + ws.off_starts);
+  auto* nseg = reinterpret_cast<std::int32_t*>(b + ws.off_nseg);
+  auto* h = reinterpret_cast<float*>(b + ws.off_h);
+  auto* out = reinterpret_cast<float*>(b + ws.off_out);
+  void* cub_tmp = b + ws.off_cub;
+  constexpr int threads = 256;
+  const int eblocks = (n + threads - 1) / threads;
+
+  init_pairs<<<eblocks, threads, 0, stream>>>(ids, n, keys_in, pairs_in);
+  K3_CUDA_TRY(cudaGetLastError());
+  std::size_t tmp = ws.cub_bytes;
+  K3_CUDA_TRY(cub::DeviceRadixSort::SortPairs(cub_tmp, tmp, keys_in, keys, pairs_in, pairs, n, 0, ws.key_bits, stream));
+  flag_heads<<<eblocks, threads, 0, stream>>>(keys, n, flags);
+  K3_CUDA_TRY(cudaGetLastError());
+  tmp = ws.cub_bytes;
+  K3_CUDA_TRY(cub::DeviceSelect::Flagged(cub_tmp, tmp, thrust::counting_iterator<std::int32_t>(0), flags, starts, nseg, n, stream));
+
+  // At most min(n, experts) segments; warps beyond the device-side count exit.
+  const long long max_seg = std::min(n, w.experts);
+  const long long gu_warps = max_seg * w.inter, dn_warps = max_seg * w.width;
+  const auto blocks_for = [&](long long warps) { return static_cast<unsigned>((warps * kWarp + threads - 1) / threads); };
+  gate_up_kernel<<<blocks_for(gu_warps), threads, 0, stream>>>(x, w.width, keys, pairs, starts, nseg, n, ws.top_k, w, act, h);
+  K3_CUDA_TRY(cudaGetLastError());
+  down_kernel<<<blocks_for(dn_warps), threads, 0, stream>>>(h, weights, keys, pairs, starts, nseg, n, w, act.round_expert_outputs_bf16, out);
+  K3_CUDA_TRY(cudaGetLastError());
+  const long long cells = static_cast<long long>(tokens) * w.width;
+  combine_kernel<<<static_cast<unsigned>((cells + threads - 1) / threads), threads, 0, stream>>>(out, tokens, ws.top_k, w.width, y);
+  K3_CUDA_TRY(cudaGetLastError());
+  return {};
+}
+
+} // namespace k3::cuda

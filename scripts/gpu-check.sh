@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU: builds the CUDA targets, runs every [gpu] test
+# against its CPU reference (seeded random inputs, poisoned outputs), and times the MoE layer at
+# K3's real dimensions against the HBM floor. Prints one short table; fails if no GPU is seen.
+#
+#   scripts/gpu-check.sh [BUILD_DIR]      (default build-gpu; an existing build is reused)
+#
+# Needs the build dependencies of `make test` (scripts/install-deps.sh) plus the CUDA toolkit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build-gpu}
+ARCH=${K3_CUDA_ARCH:-90}
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU visible (nvidia-smi)"; exit 2
+fi
+nvidia-smi -L
+if [ ! -x "$B/tests/k3_cuda_tests" ] || [ ! -x "$B/k3" ]; then
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >/dev/null
+  cmake --build "$B" -j"$(nproc)" --target k3_cuda_tests k3
+fi
+echo "== [gpu] tests (CUDA vs CPU references)"
+out=$("$B/tests/k3_cuda_tests" 2>&1) || { echo "$out"; echo "gpu-check: GPU tests FAILED"; exit 1; }
+if grep -q "no CUDA device visible" <<<"$out"; then echo "$out"; echo "gpu-check: tests skipped: no device"; exit 2; fi
+echo "$out" | tail -2
+echo "== MoE layer, K3 dimensions (896 experts x 3 x 3072 x 3584 MXFP4, top-16)"
+"$B/k3" bench cuda
