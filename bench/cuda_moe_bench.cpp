@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/fill.cuh"
+#include "kernels/cuda/kda_decode.cuh"
 #include "kernels/cuda/moe_decode.cuh"
 
 namespace k3::bench {
@@ -126,6 +127,41 @@ int run_cuda_moe_benchmark(bool quick) {
                 bytes / (ceiling / 2) / t);
   }
   std::printf("  (floor = bytes of the selected experts / 4.8 TB/s; measured = / half the copy bandwidth, i.e. read rate)\n");
+
+  // KDA recurrent decode, one K3 layer at TP1 (H = 96, dk = dv = 128): the state is read and
+  // written once per token per sequence at least (2 × 6 MiB).
+  std::printf("  KDA decode, one layer, H=96 dk=dv=128:\n  %-6s %12s %10s %12s\n", "seqs", "time us", "GB/s", "of measured");
+  const int H = 96, D = 128;
+  const std::size_t st_bytes = std::size_t(H) * D * D * 4;
+  for (int N : {1, 16, 64}) {
+    float* states = nullptr;
+    K3_BENCH_CUDA_TRY(cudaMalloc(&states, st_bytes * N));
+    K3_BENCH_CUDA_TRY(cudaMemset(states, 0, st_bytes * N));
+    std::vector<float*> hp;
+    for (int i = 0; i < N; ++i) hp.push_back(states + std::size_t(i) * H * D * D);
+    float** dp = nullptr;
+    float *q = nullptr, *kk = nullptr, *v = nullptr, *g = nullptr, *be = nullptr, *o = nullptr;
+    K3_BENCH_CUDA_TRY(cudaMalloc(&dp, N * sizeof(float*)));
+    K3_BENCH_CUDA_TRY(cudaMemcpy(dp, hp.data(), N * sizeof(float*), cudaMemcpyHostToDevice));
+    for (float** p : {&q, &kk, &v, &g, &o}) {
+      K3_BENCH_CUDA_TRY(cudaMalloc(p, std::size_t(N) * H * D * 4));
+      K3_BENCH_CUDA_TRY(cudaMemset(*p, 0, std::size_t(N) * H * D * 4));
+    }
+    K3_BENCH_CUDA_TRY(cudaMalloc(&be, std::size_t(N) * H * 4));
+    K3_BENCH_CUDA_TRY(cudaMemset(be, 0, std::size_t(N) * H * 4));
+    K3_BENCH_STATUS(cuda::kda_recurrent_decode(q, kk, v, g, be, N, H, D, D, dp, o, nullptr));
+    const int iters = quick ? 5 : 20;
+    K3_BENCH_CUDA_TRY(cudaEventRecord(a));
+    for (int i = 0; i < iters; ++i) K3_BENCH_STATUS(cuda::kda_recurrent_decode(q, kk, v, g, be, N, H, D, D, dp, o, nullptr));
+    K3_BENCH_CUDA_TRY(cudaEventRecord(b));
+    K3_BENCH_CUDA_TRY(cudaEventSynchronize(b));
+    K3_BENCH_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+    const double t = ms * 1e-3 / iters, bytes = 2.0 * double(st_bytes) * N;
+    std::printf("  %-6d %12.1f %10.0f %12.3f\n", N, t * 1e6, bytes / t / 1e9, bytes / ceiling / t);
+    for (void* p : {static_cast<void*>(states), static_cast<void*>(dp), static_cast<void*>(q), static_cast<void*>(kk), static_cast<void*>(v),
+                    static_cast<void*>(g), static_cast<void*>(be), static_cast<void*>(o)})
+      cudaFree(p);
+  }
   return 0;
 }
 

@@ -2,7 +2,8 @@
 // `k3 bench cuda`: the GPU MoE layer (kernels/cuda/moe_decode) at K3's real dimensions — 896
 // experts of 3 × 3072 × 3584 MXFP4, 16 active per token, batch 1 … 64 — against the HBM floor
 // (bytes of the selected experts / 4.8 TB/s, H200) and against this card's measured
-// device-to-device copy bandwidth. Needs a CUDA device; returns 2 without one.
+// device-to-device copy bandwidth; and the KDA recurrent decode of one K3 layer against the
+// same measured bandwidth. Needs a CUDA device; returns 2 without one.
 
 namespace k3::bench {
 
