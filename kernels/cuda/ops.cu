@@ -1,0 +1,127 @@
+#include "kernels/cuda/ops.cuh"
+
+#include <cfloat>
+
+#include "kernels/cuda/check.cuh"
+
+namespace k3::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ float block_sum(float v, float* scratch) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = 0.f;
+  if (threadIdx.x < 32) {
+    t = threadIdx.x < blockDim.x / 32 ? scratch[threadIdx.x] : 0.f;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);
+    if (threadIdx.x == 0) scratch[0] = t;
+  }
+  __syncthreads();
+  t = scratch[0];
+  __syncthreads(); // scratch reusable afterwards
+  return t;
+}
+
+// mode 0: rms, 1: rms gated, 2: l2
+__global__ void norm_kernel(const float* __restrict__ x, const float* __restrict__ gate, const float* __restrict__ w, float eps,
+                            int n, int mode, float* y) {
+  __shared__ float scratch[32];
+  const long long base = static_cast<long long>(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[base + i] * x[base + i];
+  ss = block_sum(ss, scratch);
+  const float inv = mode == 2 ? rsqrtf(ss + eps) : rsqrtf(ss / n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = x[base + i] * inv;
+    if (mode != 2) v *= w[i];
+    if (mode == 1) v *= 1.f / (1.f + expf(-gate[base + i]));
+    y[base + i] = v;
+  }
+}
+
+// One block per token: choice scores in shared memory, k rounds of block arg-max.
+__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, route_params p,
+                             std::int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float sh[]; // choice[E] | score[E]
+  float* choice = sh;
+  float* score = sh + p.num_experts;
+  __shared__ float best_v[kThreads / 32];
+  __shared__ int best_i[kThreads / 32];
+  __shared__ int picked[64];
+  const long long t = blockIdx.x;
+  for (int e = threadIdx.x; e < p.num_experts; e += blockDim.x) {
+    const float s = 1.f / (1.f + expf(-logits[t * p.num_experts + e]));
+    score[e] = s;
+    choice[e] = s + (bias ? bias[e] : 0.f);
+  }
+  __syncthreads();
+  for (int j = 0; j < p.top_k; ++j) {
+    float bv = -FLT_MAX;
+    int bi = INT_MAX;
+    for (int e = threadIdx.x; e < p.num_experts; e += blockDim.x)
+      if (choice[e] > bv || (choice[e] == bv && e < bi)) bv = choice[e], bi = e;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (threadIdx.x % 32 == 0) best_v[threadIdx.x / 32] = bv, best_i[threadIdx.x / 32] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float v = best_v[0];
+      int i = best_i[0];
+      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
+        if (best_v[w] > v || (best_v[w] == v && best_i[w] < i)) v = best_v[w], i = best_i[w];
+      picked[j] = i;
+      choice[i] = -FLT_MAX; // taken
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float sum = 0.f;
+    for (int j = 0; j < p.top_k; ++j) sum += score[picked[j]];
+    const float norm = p.renormalize ? 1.f / (sum + 1e-20f) : 1.f;
+    for (int j = 0; j < p.top_k; ++j) {
+      ids[t * p.top_k + j] = picked[j];
+      weights[t * p.top_k + j] = score[picked[j]] * norm * p.scaling;
+    }
+  }
+}
+
+status norm_launch(const float* x, const float* gate, const float* w, float eps, int rows, int n, int mode, float* y, cudaStream_t s) {
+  if (rows < 0 || n < 1) return {false, "norm: need rows >= 0 and n >= 1"};
+  if (rows == 0) return {};
+  norm_kernel<<<rows, kThreads, 0, s>>>(x, gate, w, eps, n, mode, y);
+  K3_CUDA_TRY(cudaGetLastError());
+  return {};
+}
+
+} // namespace
+
+status rms_norm(const float* x, const float* w, float eps, int rows, int n, float* y, cudaStream_t s) {
+  return norm_launch(x, nullptr, w, eps, rows, n, 0, y, s);
+}
+status rms_norm_gated(const float* x, const float* gate, const float* w, float eps, int rows, int n, float* y, cudaStream_t s) {
+  return norm_launch(x, gate, w, eps, rows, n, 1, y, s);
+}
+status l2_norm(const float* x, float eps, int rows, int n, float* y, cudaStream_t s) { return norm_launch(x, nullptr, nullptr, eps, rows, n, 2, y, s); }
+
+status route(const float* logits, int tokens, const float* bias, const route_params& p, std::int32_t* ids, float* weights, cudaStream_t s) {
+  if (p.num_experts < 1 || p.top_k < 1 || p.top_k > 64 || p.top_k > p.num_experts || tokens < 0)
+    return {false, "route: need 1 <= top_k <= min(64, num_experts)"};
+  if (tokens == 0) return {};
+  const std::size_t smem = 2 * sizeof(float) * static_cast<std::size_t>(p.num_experts);
+  if (smem > 48 * 1024) return {false, "route: more than 6144 experts"};
+  route_kernel<<<tokens, kThreads, smem, s>>>(logits, bias, p, ids, weights);
+  K3_CUDA_TRY(cudaGetLastError());
+  return {};
+}
+
+} // namespace k3::cuda
