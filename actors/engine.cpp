@@ -123,6 +123,8 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   if (p->dispatcher) {
     auto d = p->dispatcher;
     sc.add_stats = [d](actors::engine_stats& s) { d->add_stats(s); };
+  } else if (auto mx = std::dynamic_pointer_cast<engine::model_executor>(p->exec)) {
+    sc.add_stats = [mx](actors::engine_stats& s) { s.expert_tokens = mx->expert_tokens(); };
   }
   p->sched = actors::spawn_scheduler(sys, c, std::move(sc), &p->note);
   return std::unique_ptr<llm_engine>(new llm_engine(std::move(p)));

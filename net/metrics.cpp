@@ -99,7 +99,7 @@ std::string server_metrics::render(const actors::engine_stats& e, const std::str
   out += "# HELP k3:expert_shard_rows_total Token-expert rows computed per expert shard.\n# TYPE k3:expert_shard_rows_total counter\n";
   for (std::size_t i = 0; i < e.shard_rows.size(); ++i)
     out += "k3:expert_shard_rows_total{" + L + ",shard=\"" + std::to_string(i) + "\"} " + std::to_string(e.shard_rows[i]) + "\n";
-  if (!e.expert_tokens.empty()) { // EPLB input, and `k3 sim --routing counts:FILE` reads this dump
+  if (!e.expert_tokens.empty()) { // EPLB input; `k3 sim --routing counts:FILE` reads this dump
     out += "# HELP k3:expert_tokens_total Token rows routed to each expert, summed over MoE layers.\n# TYPE k3:expert_tokens_total counter\n";
     for (std::size_t i = 0; i < e.expert_tokens.size(); ++i)
       out += "k3:expert_tokens_total{" + L + ",expert=\"" + std::to_string(i) + "\"} " + std::to_string(e.expert_tokens[i]) + "\n";

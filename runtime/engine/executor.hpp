@@ -10,7 +10,10 @@
 // Exceptions from the model become step_result::error = internal with the message, never an
 // escape across an actor boundary.
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "runtime/engine/scheduler.hpp"
 #include "runtime/model/model.hpp"
@@ -25,11 +28,17 @@ public:
 
 class model_executor final : public step_executor {
 public:
-  explicit model_executor(model::model& m) : m_(m) {}
+  explicit model_executor(model::model& m);
   [[nodiscard]] step_result run(const batch_plan& plan) override;
+  /// Token rows routed to each expert so far, summed over MoE layers: a snapshot the stream
+  /// thread publishes after every step, safe to read from any thread (the /metrics counters
+  /// `k3 sim --routing counts:` reads). Empty for a dense model.
+  [[nodiscard]] std::vector<std::int64_t> expert_tokens() const;
 
 private:
   model::model& m_;
+  std::size_t num_experts_ = 0;
+  std::unique_ptr<std::atomic<std::int64_t>[]> expert_totals_;
   std::vector<model::batch_entry> entries_;
   std::vector<float> row_;
 };

@@ -339,6 +339,13 @@ TEST_CASE("server: --simulate PLAN streams placeholder tokens at the modeled pac
 }
 
 TEST_CASE("server: per-expert counts in /metrics feed `k3 sim --routing counts:FILE`", "[net]") {
+  // Without expert parallelism the model executor publishes the counts (k3 serve's default).
+  {
+    server plain;
+    REQUIRE(http_request(plain.port, "POST", "/v1/completions", R"({"prompt":"Hello","max_tokens":4,"temperature":0})").status == 200);
+    const auto m = http_request(plain.port, "GET", "/metrics").body;
+    CHECK(m.find("k3:expert_tokens_total{model_name=\"Kimi-K3\",expert=\"0\"}") != std::string::npos);
+  }
   server s({"--expert-parallel-size", "2"});
   REQUIRE(http_request(s.port, "POST", "/v1/completions", R"({"prompt":"Hello there","max_tokens":8,"temperature":0})").status == 200);
   const auto m = http_request(s.port, "GET", "/metrics").body;
