@@ -141,7 +141,6 @@ sim::sim_result simulate_actors(std::shared_ptr<const sim::cost_model> cm, const
       sc.scheduler = rc.scheduler;
       sc.kv = rc.kv;
       auto ex = std::make_shared<sim::sim_executor>(cm, std::vector<std::int32_t>{1});
-      ex->set_paced(false);
       sc.make_stream = [&sys, ex, shards, seed = std::uint64_t(i + 1) * 7919 + w.seed] { return spawn_sim_stream(sys, ex, shards, seed); };
       std::string note;
       st.scheds.push_back(spawn_scheduler(sys, rc.shape, std::move(sc), i == 0 ? &note : nullptr));

@@ -1,6 +1,6 @@
 #pragma once
 // Mock GPU-stream actor for the simulator: the same typed interface as the real stream actor
-// (step(plan) -> step_result), but it runs no kernels. It asks a sim_executor (unpaced) for the
+// (step(plan) -> step_result), but it runs no kernels. It asks a sim_executor for the
 // step's tokens and modeled duration, and delivers the reply that much later with a delayed
 // message to itself — so it never blocks a thread, and under CAF's test coordinator the delay
 // is virtual time (tests and `k3 sim --engine actors` drive the real scheduler actor through a
@@ -21,8 +21,8 @@
 
 namespace k3::actors {
 
-/// `ex` must be unpaced (the actor does the waiting). Scheduled by the actor system (not
-/// detached): a step costs only the cost-model evaluation.
+/// Scheduled by the actor system (not detached): a step costs only the cost-model evaluation;
+/// the wait is a delayed reply.
 [[nodiscard]] stream_actor spawn_sim_stream(caf::actor_system& sys, std::shared_ptr<sim::sim_executor> ex,
                                             std::vector<shard_actor> shards = {}, std::uint64_t seed = 1);
 

@@ -128,7 +128,6 @@ int serve_main(const std::vector<std::string_view>& args) {
                           "Kimi K3 on this plan. ", false);
     std::erase_if(ids, [&](std::int32_t t) { return t == mc.eos_id; });
     simx = std::make_shared<sim::sim_executor>(cm, std::move(ids));
-    simx->set_paced(false); // the mock stream actor waits with a delayed reply, holding no thread
     eo.executor = simx;
     eo.make_stream = [simx](caf::actor_system& s) { return actors::spawn_sim_stream(s, simx); };
     eo.kv_backed = false;

@@ -1,7 +1,6 @@
 #include "runtime/sim/sim_executor.hpp"
 
 #include <stdexcept>
-#include <thread>
 
 namespace k3::sim {
 
@@ -12,7 +11,6 @@ sim_executor::sim_executor(std::shared_ptr<const cost_model> cm, std::vector<std
 }
 
 engine::step_result sim_executor::run(const engine::batch_plan& plan) {
-  const auto start = std::chrono::steady_clock::now();
   engine::step_result r;
   r.step = plan.step;
   chunks_.clear();
@@ -26,7 +24,6 @@ engine::step_result sim_executor::run(const engine::batch_plan& plan) {
     r.logprobs.push_back(0.0f); // placeholder tokens are certain
   }
   last_ = cm_->step(chunks_);
-  if (paced_) std::this_thread::sleep_until(start + std::chrono::duration<double>(last_.total));
   return r;
 }
 

@@ -1,14 +1,12 @@
 #pragma once
-// The mock GPU stream, shared by `k3 sim` (unpaced, inside the discrete-event loop) and by
-// `k3 serve --simulate PLAN` (paced, inside the real stream actor): a step_executor — the same
-// interface the model executor and the CUDA executor implement — that runs no model. Each
-// step takes as long as the cost model says the plan's GPUs would take for that batch (it
-// waits on the stream's own thread until start + modeled time, so the server's real overhead
-// is included, not added), then returns placeholder tokens — a fixed sentence encoded with the
-// served tokenizer, cycled per request — so clients see K3-on-PLAN pacing: TTFT from the
-// chunked prefill, TPOT from the batch the scheduler actually formed.
+// The mock GPU stream's step: a step_executor — the interface the model executor implements —
+// that runs no model. It returns placeholder tokens (a fixed sentence encoded with the served
+// tokenizer, cycled per request) and records how long the plan's GPUs would take for the batch
+// (cost model). It never waits: the discrete-event loop of `k3 sim` advances virtual time by
+// last_step_seconds(), and the mock stream actor (actors/sim_stream_actor.hpp) of `k3 serve
+// --simulate` and `k3 sim --engine actors` delays its reply by it — so clients see K3-on-PLAN
+// pacing: TTFT from the chunked prefill, TPOT from the batch the scheduler actually formed.
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -28,15 +26,12 @@ public:
   [[nodiscard]] double last_step_seconds() const noexcept { return last_.total; }
   [[nodiscard]] const step_cost& last_cost() const noexcept { return last_; }
   [[nodiscard]] const std::shared_ptr<const cost_model>& model() const noexcept { return cm_; }
-  /// Overrides the waiting (tests run the executor without wall-clock pacing).
-  void set_paced(bool on) noexcept { paced_ = on; }
 
 private:
   std::shared_ptr<const cost_model> cm_;
   std::vector<std::int32_t> tokens_;
   std::vector<seq_chunk> chunks_;
   step_cost last_;
-  bool paced_ = true;
 };
 
 } // namespace k3::sim

@@ -190,7 +190,6 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   const std::shared_ptr<const cost_model> cm_ref(&cm, [](const cost_model*) {});
   for (auto& r : reps) {
     r.stream = std::make_unique<sim_executor>(cm_ref, std::vector<std::int32_t>{1});
-    r.stream->set_paced(false);
     r.kv = std::make_unique<engine::kv_manager>(shape, kc);
     r.sched = std::make_unique<engine::scheduler>(sc, *r.kv);
   }

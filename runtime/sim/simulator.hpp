@@ -3,8 +3,8 @@
 // every attention replica owns an engine::scheduler and an engine::kv_manager exactly as the
 // server's scheduler actor does (same admission, chunked prefill, preemption by recompute, KV
 // pools sized from the memory plan, accounting-only), and its "GPU stream" is the cost model:
-// a step scheduled at t completes at t + cost(step) (sim_executor, the mock GPU stream the
-// server uses for --simulate, unpaced here). Requests go to the replica with the
+// a step scheduled at t completes at t + cost(step) (sim_executor, the step of the mock GPU
+// stream the server uses for --simulate). Requests go to the replica with the
 // fewest outstanding requests. Nothing sleeps; nothing depends on the wall clock.
 //
 // Assumption stated in the output: replicas are coupled only through the MoE token count (each

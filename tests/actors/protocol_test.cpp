@@ -198,7 +198,6 @@ TEST_CASE_METHOD(sim_fixture, "protocol: scheduler actor + mock stream actor in 
   sc.kv.block_bytes = static_cast<std::int64_t>(std::ceil(mp.kv_per_token * c.block_size));
   sc.kv.backed = false;
   auto ex = std::make_shared<sim_executor>(cm, std::vector<std::int32_t>{1});
-  ex->set_paced(false);
   sc.make_stream = [this, ex] { return actors::spawn_sim_stream(sys, ex); };
   auto scheduler = actors::spawn_scheduler(sys, mc, std::move(sc));
   run();

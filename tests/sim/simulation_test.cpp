@@ -234,7 +234,6 @@ TEST_CASE("10k requests of plan C simulate (and faster than real time by far)", 
 TEST_CASE("sim_executor: placeholder tokens for sampled entries, modeled step time", "[sim]") {
   auto cm = std::make_shared<const cost_model>(k3m(), plan_a(), cost_params{}, uniform());
   sim_executor x(cm, {5, 6, 7});
-  x.set_paced(false);
   std::vector<std::int32_t> prompt(100, 1), one = {9};
   k3::engine::batch_plan plan;
   plan.step = 4;
