@@ -16,12 +16,7 @@ const std::string& gpu_spec::source(std::string_view field) const {
 }
 
 gpu_spec parse_gpu_spec(std::string_view text, const std::string& source) {
-  json::value doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw sim_error(source + ": not valid JSON: " + e.what());
-  }
+  const json::value doc = parse_json(text, source);
   if (!doc.is_object()) throw sim_error(source + ": expected a JSON object");
   gpu_spec g;
   g.file = source;
@@ -65,11 +60,7 @@ gpu_spec parse_gpu_spec(std::string_view text, const std::string& source) {
 
 gpu_spec load_gpu_spec(const std::string& name) {
   if (auto t = builtin("hardware", name)) return parse_gpu_spec(*t, "config/hardware/" + lower(name) + ".json");
-  if (!is_file(name)) {
-    std::string known;
-    for (const auto& n : builtin_names("hardware")) known += (known.empty() ? "" : ", ") + n;
-    throw sim_error("hardware '" + name + "': neither a preset (" + known + ") nor a readable file");
-  }
+  if (!is_file(name)) throw sim_error("hardware '" + name + "': neither a preset (" + builtin_list("hardware") + ") nor a readable file");
   return parse_gpu_spec(read_text_file(name, "hardware file"), name);
 }
 

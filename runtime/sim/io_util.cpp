@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/sim/builtin.hpp"
 #include "runtime/sim/sim_error.hpp"
 
 namespace k3::sim {
@@ -21,6 +22,20 @@ std::string read_text_file(const std::string& path, std::string_view what) {
 bool is_file(const std::string& s) {
   std::error_code ec;
   return std::filesystem::is_regular_file(s, ec);
+}
+
+json::value parse_json(std::string_view text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw sim_error(source + ": not valid JSON: " + e.what());
+  }
+}
+
+std::string builtin_list(std::string_view kind) {
+  std::string out;
+  for (const auto& n : builtin_names(kind)) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 double json_number(const json::value& v, const std::string& where) {

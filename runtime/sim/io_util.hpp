@@ -14,6 +14,11 @@ namespace k3::sim {
 /// True if `s` names an existing regular file.
 [[nodiscard]] bool is_file(const std::string& s);
 
+/// Parses JSON text; throws sim_error("<source>: not valid JSON: …").
+[[nodiscard]] json::value parse_json(std::string_view text, const std::string& source);
+/// "a, b, c": the built-in names of `kind`, for "not a preset" messages.
+[[nodiscard]] std::string builtin_list(std::string_view kind);
+
 [[nodiscard]] double json_number(const json::value& v, const std::string& where);
 [[nodiscard]] const json::value& json_member(const json::value& obj, std::string_view key, const std::string& where);
 [[nodiscard]] std::string lower(std::string_view s);

@@ -143,12 +143,7 @@ model_desc parse_deepseek(const json::value& doc, const std::string& src) {
 } // namespace
 
 model_desc parse_model_desc(std::string_view text, const std::string& src) {
-  json::value doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw sim_error(src + ": not valid JSON: " + e.what());
-  }
+  const json::value doc = parse_json(text, src);
   const auto* mt = doc.find("model_type");
   if (!mt || !mt->is_string()) throw sim_error(src + ": model_type: missing");
   if (mt->s == "deepseek_v3" || mt->s == "kimi_k2") return parse_deepseek(doc, src);
@@ -161,11 +156,8 @@ model_desc load_model_desc(const std::string& name) {
   std::error_code ec;
   std::string path = name;
   if (std::filesystem::is_directory(name, ec)) path = (std::filesystem::path(name) / "config.json").string();
-  if (!is_file(path)) {
-    std::string known;
-    for (const auto& n : builtin_names("models")) known += (known.empty() ? "" : ", ") + n;
-    throw sim_error("model '" + name + "': neither a built-in config (" + known + ") nor a config.json / checkpoint directory");
-  }
+  if (!is_file(path))
+    throw sim_error("model '" + name + "': neither a built-in config (" + builtin_list("models") + ") nor a config.json / checkpoint directory");
   return parse_model_desc(read_text_file(path, "model config"), path);
 }
 

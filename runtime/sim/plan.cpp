@@ -150,12 +150,7 @@ plan load_plan(const std::string& spec, const std::string& hardware, int gpus, c
     if (hardware.empty()) throw sim_error("plan given as a command line needs --hardware (a preset name or file)");
     return plan_from_command(spec, load_gpu_spec(hardware), gpus, m);
   }
-  json::value doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw sim_error(src + ": not valid JSON: " + e.what());
-  }
+  const json::value doc = parse_json(text, src);
   auto str = [&](std::string_view k) {
     const auto& v = json_member(doc, k, src);
     if (!v.is_string()) throw sim_error(src + ": " + std::string(k) + ": expected a string");

@@ -10,13 +10,11 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/kda_decode.cuh"
 #include "kernels/kda/kda.hpp"
+#include "tests/support/cuda_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
 TEST_CASE("cuda kda recurrent decode matches the CPU recurrent kernel", "[gpu][kda]") {
-  if (k3::cuda::device_count() == 0) {
-    std::cout << "no CUDA device visible: skipping\n";
-    return;
-  }
+  if (k3::test::no_gpu()) return;
   INFO(k3::cuda::device_name(0));
   const std::uint64_t seed = 777;
   INFO("seed=" << seed);
@@ -31,13 +29,8 @@ TEST_CASE("cuda kda recurrent decode matches the CPU recurrent kernel", "[gpu][k
     std::vector<std::vector<float>> states(static_cast<std::size_t>(s.n));
     for (auto& x : states) x = r.normals(st, 0.1f);
     std::vector<float*> dstate(static_cast<std::size_t>(s.n));
-    for (int i = 0; i < s.n; ++i) {
-      REQUIRE(cudaMalloc(&dstate[i], st * 4) == cudaSuccess);
-      REQUIRE(cudaMemcpy(dstate[i], states[i].data(), st * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-    }
-    float** dptrs = nullptr;
-    REQUIRE(cudaMalloc(&dptrs, s.n * sizeof(float*)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(dptrs, dstate.data(), s.n * sizeof(float*), cudaMemcpyHostToDevice) == cudaSuccess);
+    for (int i = 0; i < s.n; ++i) dstate[i] = k3::test::to_device(states[i]);
+    float** dptrs = k3::test::to_device(dstate);
     float *dq, *dk, *dv, *dg, *db, *dout;
     REQUIRE(cudaMalloc(&dq, qk * 4) == cudaSuccess);
     REQUIRE(cudaMalloc(&dk, qk * 4) == cudaSuccess);
@@ -63,14 +56,12 @@ TEST_CASE("cuda kda recurrent decode matches the CPU recurrent kernel", "[gpu][k
       const auto status = k3::cuda::kda_recurrent_decode(dq, dk, dv, dg, db, s.n, s.heads, s.dk, s.dv, dptrs, dout, nullptr);
       INFO(status.message);
       REQUIRE(status.ok);
-      std::vector<float> got(vv);
-      REQUIRE(cudaMemcpy(got.data(), dout, vv * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      const auto got = k3::test::to_host(dout, vv);
       INFO("step " << step);
       CHECK(k3::test::rel_rmse(std::span<const float>(got), std::span<const float>(o)) < 1e-5);
     }
     for (int i = 0; i < s.n; ++i) {
-      std::vector<float> got(st);
-      REQUIRE(cudaMemcpy(got.data(), dstate[i], st * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      const auto got = k3::test::to_host(dstate[i], st);
       CHECK(k3::test::rel_rmse(std::span<const float>(got), std::span<const float>(states[i])) < 1e-5);
       cudaFree(dstate[i]);
     }

@@ -10,13 +10,11 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/mla_decode.cuh"
 #include "kernels/mla/mla.hpp"
+#include "tests/support/cuda_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
 TEST_CASE("cuda mla decode matches the CPU absorbed attention", "[gpu][mla]") {
-  if (k3::cuda::device_count() == 0) {
-    std::cout << "no CUDA device visible: skipping\n";
-    return;
-  }
+  if (k3::test::no_gpu()) return;
   INFO(k3::cuda::device_name(0));
   const std::uint64_t seed = 99;
   INFO("seed=" << seed);
@@ -94,8 +92,7 @@ TEST_CASE("cuda mla decode matches the CPU absorbed attention", "[gpu][mla]") {
     const auto st = k3::cuda::mla_decode(dqn, dqr, dkvb, dtables, dctx, s.block, md, s.gated ? dgate : nullptr, N, dout, nullptr);
     INFO(st.message);
     REQUIRE(st.ok);
-    std::vector<float> got(ref.size());
-    REQUIRE(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    const auto got = k3::test::to_host(dout, ref.size());
     CHECK(k3::test::rel_rmse(std::span<const float>(got), std::span<const float>(ref)) < 1e-4);
     for (void* p : owned) cudaFree(p);
   }

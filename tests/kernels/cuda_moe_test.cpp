@@ -12,6 +12,7 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/moe_decode.cuh"
 #include "kernels/mxfp4/mxfp4_ref.hpp"
+#include "tests/support/cuda_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
 namespace {
@@ -32,14 +33,6 @@ host_matrix random_matrix(k3::test::rng& r, int rows, int cols) {
   return m;
 }
 
-template <class T>
-T* upload(const std::vector<T>& v) {
-  T* d = nullptr;
-  REQUIRE(cudaMalloc(&d, std::max<std::size_t>(16, v.size() * sizeof(T))) == cudaSuccess);
-  REQUIRE(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-  return d;
-}
-
 double round_bf16(double v) {
   float f = static_cast<float>(v);
   std::uint32_t u;
@@ -53,10 +46,7 @@ double round_bf16(double v) {
 } // namespace
 
 TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
-  if (k3::cuda::device_count() == 0) {
-    std::cout << "no CUDA device visible: skipping\n";
-    return;
-  }
+  if (k3::test::no_gpu()) return;
   INFO(k3::cuda::device_name(0));
   const std::uint64_t seed = 4242;
   INFO("seed=" << seed);
@@ -110,15 +100,15 @@ TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
     std::vector<void*> owned;
     for (int e = 0; e < s.experts; ++e) {
       for (auto [m, pv, sv] : {std::tuple{&w1[e], &p1, &c1}, std::tuple{&w3[e], &p3, &c3}, std::tuple{&w2[e], &p2, &c2}}) {
-        pv->push_back(upload(m->packed));
-        sv->push_back(upload(m->scales));
+        pv->push_back(k3::test::to_device(m->packed));
+        sv->push_back(k3::test::to_device(m->scales));
         owned.push_back(const_cast<std::uint8_t*>(pv->back()));
         owned.push_back(const_cast<std::uint8_t*>(sv->back()));
       }
     }
     k3::cuda::moe_weights w;
-    w.w1_packed = upload(p1), w.w1_scales = upload(c1), w.w3_packed = upload(p3), w.w3_scales = upload(c3);
-    w.w2_packed = upload(p2), w.w2_scales = upload(c2);
+    w.w1_packed = k3::test::to_device(p1), w.w1_scales = k3::test::to_device(c1), w.w3_packed = k3::test::to_device(p3), w.w3_scales = k3::test::to_device(c3);
+    w.w2_packed = k3::test::to_device(p2), w.w2_scales = k3::test::to_device(c2);
     w.experts = s.experts, w.inter = s.inter, w.width = s.width;
     k3::cuda::moe_activation act;
     act.situ = s.situ;
@@ -128,22 +118,20 @@ TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
     REQUIRE(cudaMalloc(&scratch, ws.bytes()) == cudaSuccess);
     REQUIRE(cudaMemset(scratch, 0xFF, ws.bytes()) == cudaSuccess); // poisoned scratch
     ws.bind(scratch);
-    float* dx = upload(x);
-    std::int32_t* dids = upload(ids);
-    float* dw = upload(wts);
+    float* dx = k3::test::to_device(x);
+    std::int32_t* dids = k3::test::to_device(ids);
+    float* dw = k3::test::to_device(wts);
     float* dy = nullptr;
     REQUIRE(cudaMalloc(&dy, ref.size() * 4) == cudaSuccess);
     REQUIRE(cudaMemset(dy, 0xFF, ref.size() * 4) == cudaSuccess); // poison: NaN
     const auto st = k3::cuda::moe_routed_experts(dx, dids, dw, s.tokens, w, act, ws, dy, nullptr);
     INFO(st.message);
     REQUIRE(st.ok);
-    std::vector<float> y(ref.size());
-    REQUIRE(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    const auto y = k3::test::to_host(dy, ref.size());
     CHECK(k3::test::rel_rmse(std::span<const float>(y), std::span<const double>(ref)) < (s.round ? 1e-4 : 1e-5));
     // Same inputs twice: bit-identical (no atomics in the reduction order).
-    std::vector<float> y2(ref.size());
     REQUIRE(k3::cuda::moe_routed_experts(dx, dids, dw, s.tokens, w, act, ws, dy, nullptr).ok);
-    REQUIRE(cudaMemcpy(y2.data(), dy, y2.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    const auto y2 = k3::test::to_host(dy, ref.size());
     CHECK(std::memcmp(y.data(), y2.data(), y.size() * 4) == 0);
     // Misuse is a status, not a crash.
     CHECK_FALSE(k3::cuda::moe_routed_experts(dx, dids, dw, s.tokens + 100, w, act, ws, dy, nullptr).ok);

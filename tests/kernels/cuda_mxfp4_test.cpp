@@ -9,13 +9,11 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/mxfp4_gemv.cuh"
 #include "kernels/mxfp4/mxfp4_ref.hpp"
+#include "tests/support/cuda_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
 TEST_CASE("cuda mxfp4 gemv matches the CPU reference", "[gpu][mxfp4]") {
-  if (k3::cuda::device_count() == 0) {
-    std::cout << "no CUDA device visible: skipping\n"; // ctest marks this as skipped
-    return;
-  }
+  if (k3::test::no_gpu()) return;
   INFO(k3::cuda::device_name(0));
   const std::uint64_t seed = 31337;
   INFO("seed=" << seed);

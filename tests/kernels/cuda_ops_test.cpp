@@ -9,29 +9,14 @@
 #include "kernels/cuda/ops.cuh"
 #include "kernels/ops/norms.hpp"
 #include "kernels/router/router.hpp"
+#include "tests/support/cuda_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
-namespace {
-template <class T>
-T* dev(const std::vector<T>& v) {
-  T* p = nullptr;
-  REQUIRE(cudaMalloc(&p, std::max<std::size_t>(16, v.size() * sizeof(T))) == cudaSuccess);
-  REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-  return p;
-}
-template <class T>
-std::vector<T> host(const T* p, std::size_t n) {
-  std::vector<T> v(n);
-  REQUIRE(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return v;
-}
-} // namespace
+using k3::test::to_device;
+using k3::test::to_host;
 
 TEST_CASE("cuda norms and router match the CPU kernels", "[gpu][ops]") {
-  if (k3::cuda::device_count() == 0) {
-    std::cout << "no CUDA device visible: skipping\n";
-    return;
-  }
+  if (k3::test::no_gpu()) return;
   INFO(k3::cuda::device_name(0));
   const std::uint64_t seed = 2024;
   INFO("seed=" << seed);
@@ -40,16 +25,16 @@ TEST_CASE("cuda norms and router match the CPU kernels", "[gpu][ops]") {
     INFO("rows=" << rows << " n=" << n);
     const auto x = r.normals(std::size_t(rows) * n), g = r.normals(std::size_t(rows) * n), w = r.normals(n);
     std::vector<float> ref(x.size());
-    float *dx = dev(x), *dg = dev(g), *dw = dev(w), *dy = dev(std::vector<float>(x.size(), NAN));
+    float *dx = to_device(x), *dg = to_device(g), *dw = to_device(w), *dy = to_device(std::vector<float>(x.size(), NAN));
     k3::ops::rms_norm(x.data(), w.data(), 1e-5f, rows, n, ref.data());
     REQUIRE(k3::cuda::rms_norm(dx, dw, 1e-5f, rows, n, dy, nullptr).ok);
-    CHECK(k3::test::rel_rmse(std::span<const float>(host(dy, x.size())), std::span<const float>(ref)) < 1e-6);
+    CHECK(k3::test::rel_rmse(std::span<const float>(to_host(dy, x.size())), std::span<const float>(ref)) < 1e-6);
     k3::ops::rms_norm_gated(x.data(), g.data(), w.data(), 1e-5f, rows, n, ref.data());
     REQUIRE(k3::cuda::rms_norm_gated(dx, dg, dw, 1e-5f, rows, n, dy, nullptr).ok);
-    CHECK(k3::test::rel_rmse(std::span<const float>(host(dy, x.size())), std::span<const float>(ref)) < 1e-6);
+    CHECK(k3::test::rel_rmse(std::span<const float>(to_host(dy, x.size())), std::span<const float>(ref)) < 1e-6);
     k3::ops::l2_norm(x.data(), 1e-6f, rows, n, ref.data());
     REQUIRE(k3::cuda::l2_norm(dx, 1e-6f, rows, n, dy, nullptr).ok);
-    CHECK(k3::test::rel_rmse(std::span<const float>(host(dy, x.size())), std::span<const float>(ref)) < 1e-6);
+    CHECK(k3::test::rel_rmse(std::span<const float>(to_host(dy, x.size())), std::span<const float>(ref)) < 1e-6);
     for (float* p : {dx, dg, dw, dy}) cudaFree(p);
   }
   for (auto [E, k, T] : {std::tuple{896, 16, 5}, std::tuple{8, 2, 3}, std::tuple{256, 8, 17}}) {
@@ -60,12 +45,12 @@ TEST_CASE("cuda norms and router match the CPU kernels", "[gpu][ops]") {
     std::vector<std::int32_t> ids(std::size_t(T) * k);
     std::vector<float> wts(ids.size());
     k3::router::route(logits.data(), T, bias.data(), cp, ids.data(), wts.data());
-    float *dl = dev(logits), *db = dev(bias), *dwts = dev(std::vector<float>(ids.size(), NAN));
-    std::int32_t* dids = dev(std::vector<std::int32_t>(ids.size(), -1));
+    float *dl = to_device(logits), *db = to_device(bias), *dwts = to_device(std::vector<float>(ids.size(), NAN));
+    std::int32_t* dids = to_device(std::vector<std::int32_t>(ids.size(), -1));
     const k3::cuda::route_params gp{E, k, true, 2.5f};
     REQUIRE(k3::cuda::route(dl, T, db, gp, dids, dwts, nullptr).ok);
-    CHECK(host(dids, ids.size()) == ids);
-    CHECK(k3::test::rel_rmse(std::span<const float>(host(dwts, wts.size())), std::span<const float>(wts)) < 1e-6);
+    CHECK(to_host(dids, ids.size()) == ids);
+    CHECK(k3::test::rel_rmse(std::span<const float>(to_host(dwts, wts.size())), std::span<const float>(wts)) < 1e-6);
     cudaFree(dl), cudaFree(db), cudaFree(dwts), cudaFree(dids);
   }
 }

@@ -148,11 +148,9 @@ TEST_CASE("workloads: distributions, Azure traces, errors", "[sim]") {
 }
 
 TEST_CASE("discrete-event run: one request alone = prefill + decode steps of the cost model", "[sim]") {
-  const auto p = plan_a();
-  const cost_params c;
-  const cost_model cm(k3m(), p, c, uniform());
-  const auto mp = plan_memory(k3m(), p, c);
-  const auto r = simulate(cm, mp, closed(1, 3000, 50, 3), sim_options{});
+  const auto d = make_deployment(k3m(), plan_a());
+  const auto& cm = *d.cost;
+  const auto r = simulate(cm, d.memory, closed(1, 3000, 50, 3), sim_options{});
   REQUIRE(r.completed == 3);
   // TTFT = the prefill steps of a 3000-token prompt (one 8192-token chunk).
   CHECK(r.ttft.p50 == Approx(cm.prefill_alone(3000)).epsilon(1e-9));
@@ -165,10 +163,9 @@ TEST_CASE("discrete-event run: one request alone = prefill + decode steps of the
 }
 
 TEST_CASE("discrete-event run: deterministic, pools drain, overload queues, small pools preempt", "[sim]") {
-  const auto p = plan_a();
-  const cost_params c;
-  const cost_model cm(k3m(), p, c, uniform());
-  const auto mp = plan_memory(k3m(), p, c);
+  const auto d = make_deployment(k3m(), plan_a());
+  const auto& cm = *d.cost;
+  const auto& mp = d.memory;
   workload_spec w;
   w.k = workload_spec::kind::poisson;
   w.rate = 2;
