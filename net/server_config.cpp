@@ -147,7 +147,7 @@ server_config parse_server_args(const std::vector<std::string_view>& args) {
 
 std::string server_config::validate_portable() const {
   if (dtype != "auto" && dtype != "bfloat16" && dtype != "bf16")
-    return "--dtype " + dtype + " is not supported (auto: as stored; bfloat16)";
+    return "--dtype " + dtype + " is not supported (auto or bfloat16: weights run as stored)";
   if (!quantization.empty() && quantization != "mxfp4")
     return "--quantization " + quantization + " is not supported (mxfp4)";
   if (kv_cache_dtype != "auto" && kv_cache_dtype != "bfloat16" && kv_cache_dtype != "bf16" && kv_cache_dtype != "fp8" &&
@@ -176,16 +176,8 @@ std::string server_config::validate() const {
   if (pipeline_parallel_size > 1)
     return "--pipeline-parallel-size " + std::to_string(pipeline_parallel_size) +
            " cannot take effect on this CPU build; use 1";
-  if (dtype != "auto" && dtype != "bfloat16" && dtype != "bf16")
-    return "--dtype " + dtype + " is not supported (auto or bfloat16: weights run as stored, activations in fp32)";
-  if (!quantization.empty() && quantization != "mxfp4")
-    return "--quantization " + quantization + " is not supported (mxfp4)";
-  if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
-    return "--gpu-memory-utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization);
+  if (auto err = validate_portable(); !err.empty()) return err;
   if (shutdown_timeout < 0) return "--shutdown-timeout must be ≥ 0";
-  if (!enable_chunked_prefill)
-    return "--enable-chunked-prefill false cannot take effect: k3serve always splits long prompts into "
-           "--max-num-batched-tokens chunks";
   if (!remote_shards.empty() && expert_parallel_size > 0)
     return "--remote-shards and --expert-parallel-size are exclusive (remote shards define the partition)";
   return "";
