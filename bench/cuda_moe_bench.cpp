@@ -8,33 +8,13 @@
 #include <set>
 #include <vector>
 
+#include "bench/cuda_bench_util.hpp"
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/fill.cuh"
 #include "kernels/cuda/kda_decode.cuh"
 #include "kernels/cuda/moe_decode.cuh"
 
 namespace k3::bench {
-namespace {
-
-#define K3_BENCH_CUDA_TRY(expr)                                                                              \
-  do {                                                                                                   \
-    const cudaError_t e_ = (expr);                                                                       \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "k3 bench cuda: %s: %s\n", #expr, cudaGetErrorString(e_));                    \
-      return 2;                                                                                          \
-    }                                                                                                    \
-  } while (0)
-
-#define K3_BENCH_STATUS(expr)                                                                            \
-  do {                                                                                                   \
-    const auto s_ = (expr);                                                                              \
-    if (!s_.ok) {                                                                                        \
-      std::fprintf(stderr, "k3 bench cuda: %s\n", s_.message.c_str());                                   \
-      return 2;                                                                                          \
-    }                                                                                                    \
-  } while (0)
-
-} // namespace
 
 int run_cuda_moe_benchmark(bool quick) {
   if (cuda::device_count() == 0) {
@@ -45,25 +25,15 @@ int run_cuda_moe_benchmark(bool quick) {
   const int E = quick ? 128 : 896, K = 16, inter = 3072, width = 3584;
   const std::size_t packed = std::size_t(inter) * width / 2, scales = std::size_t(inter) * width / 32;
   const double expert_bytes = 3.0 * double(packed + scales);
-  // Measured ceiling: device-to-device copy (read + write) of 2 GiB.
-  const std::size_t copy_bytes = std::size_t(2) << 30;
-  void *src = nullptr, *dst = nullptr;
-  K3_BENCH_CUDA_TRY(cudaMalloc(&src, copy_bytes));
-  K3_BENCH_CUDA_TRY(cudaMalloc(&dst, copy_bytes));
+  cuda_ceilings ceil;
+  if (const int rc = measure_cuda_ceilings(ceil); rc != 0) return rc;
+  const double ceiling = ceil.copy_bytes_per_s;
   cudaEvent_t a, b;
   K3_BENCH_CUDA_TRY(cudaEventCreate(&a));
   K3_BENCH_CUDA_TRY(cudaEventCreate(&b));
-  K3_BENCH_CUDA_TRY(cudaMemcpy(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
-  K3_BENCH_CUDA_TRY(cudaEventRecord(a));
-  for (int i = 0; i < 5; ++i) K3_BENCH_CUDA_TRY(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice));
-  K3_BENCH_CUDA_TRY(cudaEventRecord(b));
-  K3_BENCH_CUDA_TRY(cudaEventSynchronize(b));
   float ms = 0;
-  K3_BENCH_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
-  const double ceiling = 5.0 * 2.0 * double(copy_bytes) / (ms * 1e-3);
-  cudaFree(src);
-  cudaFree(dst);
-  std::printf("  measured copy bandwidth (read + write): %.2f TB/s\n", ceiling / 1e12);
+  std::printf("  measured: copy bandwidth (read + write) %.2f TB/s, fp32 FMA %.1f TFLOP/s\n", ceiling / 1e12,
+              ceil.fp32_flops / 1e12);
 
   // Weights: one allocation per matrix kind, filled on the device.
   std::uint8_t *wp = nullptr, *ws_ = nullptr;
@@ -162,7 +132,7 @@ int run_cuda_moe_benchmark(bool quick) {
                     static_cast<void*>(g), static_cast<void*>(be), static_cast<void*>(o)})
       cudaFree(p);
   }
-  return 0;
+  return run_cuda_kda_prefill_table(quick, ceil);
 }
 
 } // namespace k3::bench

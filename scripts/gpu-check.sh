@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU: builds the CUDA targets, runs every [gpu] test
 # against its CPU reference (seeded random inputs, poisoned outputs), and times the MoE layer at
-# K3's real dimensions against the HBM floor. Prints one short table; fails if no GPU is seen.
+# K3's real dimensions against the HBM floor, and KDA prefill chunked vs recurrent. Prints one short table; fails if no GPU is seen.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]      (default build-gpu; an existing build is reused)
 #
@@ -22,5 +22,5 @@ echo "== [gpu] tests (CUDA vs CPU references)"
 out=$("$B/tests/k3_cuda_tests" 2>&1) || { echo "$out"; echo "gpu-check: GPU tests FAILED"; exit 1; }
 if grep -q "no CUDA device visible" <<<"$out"; then echo "$out"; echo "gpu-check: tests skipped: no device"; exit 2; fi
 echo "$out" | tail -2
-echo "== MoE layer, K3 dimensions (896 experts x 3 x 3072 x 3584 MXFP4, top-16)"
+echo "== k3 bench cuda: MoE layer at K3 dimensions (896 experts x 3 x 3072 x 3584 MXFP4, top-16), KDA decode and prefill"
 "$B/k3" bench cuda

@@ -46,7 +46,7 @@ void usage(FILE* out) {
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
              "  bench sim     [--quick]   (cluster simulator wall time: simulated requests per second)\n"
-             "  bench cuda    [--quick]   (GPU MoE layer at K3 dimensions vs the HBM floor; needs a GPU)\n"
+             "  bench cuda    [--quick]   (GPU MoE layer vs the HBM floor, KDA decode/prefill; needs a GPU)\n"
              "  bench serve   --url URL [--num-prompts N] [--request-rate R | --max-concurrency C]\n"
              "                [--input-len L] [--output-len M] [--model NAME] [--api-key K]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
