@@ -12,7 +12,7 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/fill.cuh"
 #include "kernels/cuda/kda_decode.cuh"
-#include "kernels/cuda/moe_decode.cuh"
+#include "kernels/cuda/moe.cuh"
 
 namespace k3::bench {
 

@@ -1,15 +1,12 @@
 #include "kernels/cuda/mxfp4_gemv.cuh"
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/mxfp4_device.cuh"
 
 namespace k3::cuda {
 namespace {
 
-__device__ __forceinline__ float e8m0(std::uint8_t e) {
-  if (e == 0xFF) return __int_as_float(0x7fc00000);
-  if (e == 0) return __int_as_float(0x00400000);
-  return __int_as_float(static_cast<int>(e) << 23);
-}
+using detail::e8m0;
 
 __global__ void mxfp4_gemv_kernel(const std::uint8_t* __restrict__ packed, const std::uint8_t* __restrict__ scales,
                                   int rows, int cols, const float* __restrict__ x, float* __restrict__ y) {

@@ -1,9 +1,11 @@
-#include "kernels/cuda/moe_decode.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/moe_mma.cuh"
 
 #include <cub/cub.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/mxfp4_device.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -11,31 +13,10 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kTokChunk = 8; // tokens of a segment processed per pass over a weight row
 
-__device__ __forceinline__ float e8m0(std::uint8_t e) {
-  if (e == 0xFF) return __int_as_float(0x7fc00000);
-  if (e == 0) return __int_as_float(0x00400000);
-  return __int_as_float(static_cast<int>(e) << 23);
-}
-
-__device__ __forceinline__ float e2m1(unsigned code) {
-  // bit 3 sign, bits 2-1 exponent, bit 0 mantissa: 0, .5, 1, 1.5, 2, 3, 4, 6
-  constexpr float mag[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  const float v = mag[code & 7u];
-  return (code & 8u) ? -v : v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-__device__ __forceinline__ float round_bf16(float v) {
-  unsigned u = __float_as_uint(v);
-  if ((u & 0x7f800000u) == 0x7f800000u) return v; // inf / nan unchanged
-  u += 0x7fffu + ((u >> 16) & 1u);               // round to nearest even
-  return __uint_as_float(u & 0xffff0000u);
-}
+using detail::e2m1;
+using detail::e8m0;
+using detail::round_bf16;
+using detail::warp_sum;
 
 __global__ void init_pairs(const std::int32_t* __restrict__ ids, int n, std::int32_t* keys, std::int32_t* pairs) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -100,15 +81,7 @@ __global__ void gate_up_kernel(const float* __restrict__ x, int width, const std
     for (int j = 0; j < nt; ++j) {
       const float a = warp_sum(g[j]), bsum = warp_sum(u[j]);
       if (lane != 0) continue;
-      float out;
-      if (act.situ) {
-        const float gate = act.beta * tanhf(a / act.beta) * (1.f / (1.f + expf(-a)));
-        const float up = act.linear_beta > 0.f ? act.linear_beta * tanhf(bsum / act.linear_beta) : bsum;
-        out = gate * up;
-      } else {
-        out = a / (1.f + expf(-a)) * bsum;
-      }
-      h[static_cast<long long>(pairs[t0 + j]) * w.inter + row] = out;
+      h[static_cast<long long>(pairs[t0 + j]) * w.inter + row] = detail::moe_glu(act, a, bsum);
     }
   }
 }
@@ -193,6 +166,7 @@ moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inte
   off_flags = take(n * 4);
   off_starts = take(n * 4);
   off_nseg = take(4);
+  off_tiles = take((static_cast<std::size_t>(experts) + 1) * 4);
   off_h = take(n * static_cast<std::size_t>(inter) * 4);
   off_out = take(n * static_cast<std::size_t>(width) * 4);
   off_cub = take(cub_bytes);
@@ -200,7 +174,7 @@ moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inte
 }
 
 status moe_routed_experts(const float* x, const std::int32_t* ids, const float* weights, int tokens, const moe_weights& w,
-                          const moe_activation& act, moe_workspace& ws, float* y, cudaStream_t stream) {
+                          const moe_activation& act, moe_workspace& ws, float* y, cudaStream_t stream, moe_path path) {
   if (tokens < 0 || tokens > ws.max_tokens) return {false, "moe_routed_experts: tokens outside [0, workspace max_tokens]"};
   if (w.width % 32 != 0 || w.inter % 32 != 0 || w.width <= 0 || w.inter <= 0)
     return {false, "moe_routed_experts: width and inter must be positive multiples of 32"};
@@ -232,14 +206,23 @@ status moe_routed_experts(const float* x, const std::int32_t* ids, const float* 
   tmp = ws.cub_bytes;
   K3_CUDA_TRY(cub::DeviceSelect::Flagged(cub_tmp, tmp, thrust::counting_iterator<std::int32_t>(0), flags, starts, nseg, n, stream));
 
-  // At most min(n, experts) segments; warps beyond the device-side count exit.
   const long long max_seg = std::min(n, w.experts);
-  const long long gu_warps = max_seg * w.inter, dn_warps = max_seg * w.width;
-  const auto blocks_for = [&](long long warps) { return static_cast<unsigned>((warps * kWarp + threads - 1) / threads); };
-  gate_up_kernel<<<blocks_for(gu_warps), threads, 0, stream>>>(x, w.width, keys, pairs, starts, nseg, n, ws.top_k, w, act, h);
-  K3_CUDA_TRY(cudaGetLastError());
-  down_kernel<<<blocks_for(dn_warps), threads, 0, stream>>>(h, weights, keys, pairs, starts, nseg, n, w, act.round_expert_outputs_bf16, out);
-  K3_CUDA_TRY(cudaGetLastError());
+  if (path == moe_path::automatic) path = n >= 8 * max_seg ? moe_path::mma : moe_path::gemv;
+  if (path == moe_path::mma) {
+    const detail::moe_routing r{keys, pairs, starts, nseg, n, ws.top_k};
+    auto* tiles = reinterpret_cast<std::int32_t*>(b + ws.off_tiles);
+    auto* hb = reinterpret_cast<__nv_bfloat16*>(h); // bf16 rows: half of the fp32 scratch
+    if (auto st = detail::moe_mma_gate_up(x, w.width, r, w, act, tiles, hb, stream); !st) return st;
+    if (auto st = detail::moe_mma_down(hb, weights, r, w, act.round_expert_outputs_bf16, tiles, out, stream); !st) return st;
+  } else {
+    // At most min(n, experts) segments; warps beyond the device-side count exit.
+    const long long gu_warps = max_seg * w.inter, dn_warps = max_seg * w.width;
+    const auto blocks_for = [&](long long warps) { return static_cast<unsigned>((warps * kWarp + threads - 1) / threads); };
+    gate_up_kernel<<<blocks_for(gu_warps), threads, 0, stream>>>(x, w.width, keys, pairs, starts, nseg, n, ws.top_k, w, act, h);
+    K3_CUDA_TRY(cudaGetLastError());
+    down_kernel<<<blocks_for(dn_warps), threads, 0, stream>>>(h, weights, keys, pairs, starts, nseg, n, w, act.round_expert_outputs_bf16, out);
+    K3_CUDA_TRY(cudaGetLastError());
+  }
   const long long cells = static_cast<long long>(tokens) * w.width;
   combine_kernel<<<static_cast<unsigned>((cells + threads - 1) / threads), threads, 0, stream>>>(out, tokens, ws.top_k, w.width, y);
   K3_CUDA_TRY(cudaGetLastError());
