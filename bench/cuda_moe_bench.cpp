@@ -55,7 +55,7 @@ int run_cuda_moe_benchmark(bool quick) {
   cuda::moe_weights w;
   w.w1_packed = dptr[0], w.w1_scales = dptr[1], w.w3_packed = dptr[2], w.w3_scales = dptr[3], w.w2_packed = dptr[4], w.w2_scales = dptr[5];
   w.experts = E, w.inter = inter, w.width = width;
-  const int max_t = 64;
+  const int max_t = quick ? 512 : 2048; // decode batches 1…64, prefill chunks up to max_t
   cuda::moe_workspace work(max_t, K, E, inter, width);
   void* scratch = nullptr;
   K3_BENCH_CUDA_TRY(cudaMalloc(&scratch, work.bytes()));
@@ -68,8 +68,17 @@ int run_cuda_moe_benchmark(bool quick) {
   K3_BENCH_CUDA_TRY(cudaMalloc(&ids, std::size_t(max_t) * K * 4));
   K3_BENCH_CUDA_TRY(cudaMemset(x, 0, std::size_t(max_t) * width * 4));
   std::mt19937_64 rng(5);
-  std::printf("  %-6s %9s %12s %10s %12s %12s\n", "batch", "experts", "time us", "GB/s", "of floor", "of measured");
-  for (int T : {1, 4, 16, 64}) {
+  std::printf("  %-6s %-5s %8s %12s %10s %10s %12s %9s\n", "batch", "path", "experts", "time us", "GB/s", "of floor",
+              "of measured", "TFLOP/s");
+  struct point {
+    int tokens;
+    cuda::moe_path path;
+  };
+  const std::vector<point> points = {{1, cuda::moe_path::gemv},     {4, cuda::moe_path::gemv},
+                                     {16, cuda::moe_path::gemv},    {64, cuda::moe_path::gemv},
+                                     {64, cuda::moe_path::mma},     {512, cuda::moe_path::gemv},
+                                     {512, cuda::moe_path::mma},    {max_t, cuda::moe_path::mma}};
+  for (const auto& [T, path] : points) {
     std::vector<std::int32_t> h_ids(std::size_t(T) * K);
     std::set<int> unique;
     for (int t = 0; t < T; ++t) {
@@ -85,18 +94,21 @@ int run_cuda_moe_benchmark(bool quick) {
     K3_BENCH_CUDA_TRY(cudaMemcpy(ids, h_ids.data(), h_ids.size() * 4, cudaMemcpyHostToDevice));
     K3_BENCH_CUDA_TRY(cudaMemcpy(wt, h_w.data(), h_w.size() * 4, cudaMemcpyHostToDevice));
     cuda::moe_activation act;
-    K3_BENCH_STATUS(cuda::moe_routed_experts(x, ids, wt, T, w, act, work, y, nullptr)); // warm-up
-    const int iters = quick ? 5 : 20;
+    K3_BENCH_STATUS(cuda::moe_routed_experts(x, ids, wt, T, w, act, work, y, nullptr, path)); // warm-up
+    const int iters = quick ? 5 : (T > 64 ? 5 : 20);
     K3_BENCH_CUDA_TRY(cudaEventRecord(a));
-    for (int i = 0; i < iters; ++i) K3_BENCH_STATUS(cuda::moe_routed_experts(x, ids, wt, T, w, act, work, y, nullptr));
+    for (int i = 0; i < iters; ++i)
+      K3_BENCH_STATUS(cuda::moe_routed_experts(x, ids, wt, T, w, act, work, y, nullptr, path));
     K3_BENCH_CUDA_TRY(cudaEventRecord(b));
     K3_BENCH_CUDA_TRY(cudaEventSynchronize(b));
     K3_BENCH_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
     const double t = ms * 1e-3 / iters, bytes = double(unique.size()) * expert_bytes;
-    std::printf("  %-6d %9zu %12.1f %10.0f %12.3f %12.3f\n", T, unique.size(), t * 1e6, bytes / t / 1e9, bytes / 4.8e12 / t,
-                bytes / (ceiling / 2) / t);
+    const double flops = 2.0 * 3.0 * inter * double(width) * T * K;
+    std::printf("  %-6d %-5s %8zu %12.1f %10.0f %10.3f %12.3f %9.1f\n", T, path == cuda::moe_path::mma ? "mma" : "gemv",
+                unique.size(), t * 1e6, bytes / t / 1e9, bytes / 4.8e12 / t, bytes / (ceiling / 2) / t, flops / t / 1e12);
   }
-  std::printf("  (floor = bytes of the selected experts / 4.8 TB/s; measured = / half the copy bandwidth, i.e. read rate)\n");
+  std::printf("  (floor = bytes of the selected experts / 4.8 TB/s; measured = / half the copy bandwidth, i.e. read rate;\n"
+              "   goal: batch 1-64 decode at >= 0.70 of the floor; TFLOP/s counts 2*3*inter*width per routed row)\n");
 
   // KDA recurrent decode, one K3 layer at TP1 (H = 96, dk = dv = 128): the state is read and
   // written once per token per sequence at least (2 × 6 MiB).
