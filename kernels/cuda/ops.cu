@@ -29,19 +29,20 @@ __device__ float block_sum(float v, float* scratch) {
 }
 
 // mode 0: rms, 1: rms gated, 2: l2
-__global__ void norm_kernel(const float* __restrict__ x, const float* __restrict__ gate, const float* __restrict__ w, float eps,
-                            int n, int mode, float* y) {
+__global__ void norm_kernel(const float* __restrict__ x, long long ldx, const float* __restrict__ gate, const float* __restrict__ w,
+                            float eps, int n, int mode, float* y, long long ldy) {
   __shared__ float scratch[32];
-  const long long base = static_cast<long long>(blockIdx.x) * n;
+  const long long bx = static_cast<long long>(blockIdx.x) * ldx, by = static_cast<long long>(blockIdx.x) * ldy;
+  const long long bg = static_cast<long long>(blockIdx.x) * n;
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[base + i] * x[base + i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[bx + i] * x[bx + i];
   ss = block_sum(ss, scratch);
   const float inv = mode == 2 ? rsqrtf(ss + eps) : rsqrtf(ss / n + eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = x[base + i] * inv;
+    float v = x[bx + i] * inv;
     if (mode != 2) v *= w[i];
-    if (mode == 1) v *= 1.f / (1.f + expf(-gate[base + i]));
-    y[base + i] = v;
+    if (mode == 1) v *= 1.f / (1.f + expf(-gate[bg + i]));
+    y[by + i] = v;
   }
 }
 
@@ -95,10 +96,11 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
   }
 }
 
-status norm_launch(const float* x, const float* gate, const float* w, float eps, int rows, int n, int mode, float* y, cudaStream_t s) {
-  if (rows < 0 || n < 1) return {false, "norm: need rows >= 0 and n >= 1"};
+status norm_launch(const float* x, long long ldx, const float* gate, const float* w, float eps, int rows, int n, int mode, float* y,
+                   long long ldy, cudaStream_t s) {
+  if (rows < 0 || n < 1 || ldx < n || ldy < n) return {false, "norm: need rows >= 0, n >= 1 and row strides >= n"};
   if (rows == 0) return {};
-  norm_kernel<<<rows, kThreads, 0, s>>>(x, gate, w, eps, n, mode, y);
+  norm_kernel<<<rows, kThreads, 0, s>>>(x, ldx, gate, w, eps, n, mode, y, ldy);
   K3_CUDA_TRY(cudaGetLastError());
   return {};
 }
@@ -106,12 +108,18 @@ status norm_launch(const float* x, const float* gate, const float* w, float eps,
 } // namespace
 
 status rms_norm(const float* x, const float* w, float eps, int rows, int n, float* y, cudaStream_t s) {
-  return norm_launch(x, nullptr, w, eps, rows, n, 0, y, s);
+  return norm_launch(x, n, nullptr, w, eps, rows, n, 0, y, n, s);
+}
+status rms_norm_strided(const float* x, long long ldx, const float* w, float eps, int rows, int n, float* y, long long ldy,
+                        cudaStream_t s) {
+  return norm_launch(x, ldx, nullptr, w, eps, rows, n, 0, y, ldy, s);
 }
 status rms_norm_gated(const float* x, const float* gate, const float* w, float eps, int rows, int n, float* y, cudaStream_t s) {
-  return norm_launch(x, gate, w, eps, rows, n, 1, y, s);
+  return norm_launch(x, n, gate, w, eps, rows, n, 1, y, n, s);
 }
-status l2_norm(const float* x, float eps, int rows, int n, float* y, cudaStream_t s) { return norm_launch(x, nullptr, nullptr, eps, rows, n, 2, y, s); }
+status l2_norm(const float* x, float eps, int rows, int n, float* y, cudaStream_t s) {
+  return norm_launch(x, n, nullptr, nullptr, eps, rows, n, 2, y, n, s);
+}
 
 status route(const float* logits, int tokens, const float* bias, const route_params& p, std::int32_t* ids, float* weights, cudaStream_t s) {
   if (p.num_experts < 1 || p.top_k < 1 || p.top_k > 64 || p.top_k > p.num_experts || tokens < 0)

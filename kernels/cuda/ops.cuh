@@ -19,6 +19,9 @@
 namespace k3::cuda {
 
 status rms_norm(const float* x, const float* w, float eps, int rows, int n, float* y, cudaStream_t stream);
+/// Rows of n values at row strides ldx / ldy (e.g. the latent part of [c_kv | k_rot] rows).
+status rms_norm_strided(const float* x, long long ldx, const float* w, float eps, int rows, int n, float* y, long long ldy,
+                        cudaStream_t stream);
 status rms_norm_gated(const float* x, const float* gate, const float* w, float eps, int rows, int n, float* y, cudaStream_t stream);
 status l2_norm(const float* x, float eps, int rows, int n, float* y, cudaStream_t stream);
 
