@@ -54,8 +54,18 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
   if (num_blocks_ > std::numeric_limits<std::int32_t>::max())
     throw std::invalid_argument("KV budget gives " + std::to_string(num_blocks_) + " MLA blocks, more than block ids can name; raise block_size");
   if (k.backed) {
-    slots_.reset(new float[static_cast<std::size_t>(num_slots_) * num_kda_ * (kda_floats_ + conv_floats_)]);
-    blocks_.reset(new bf16_t[std::max<std::size_t>(1, static_cast<std::size_t>(num_blocks_) * num_mla_ * block_elems_)]);
+    const std::size_t slot_b = sizeof(float) * std::max<std::size_t>(1, static_cast<std::size_t>(num_slots_) * num_kda_ * (kda_floats_ + conv_floats_));
+    const std::size_t block_b = sizeof(bf16_t) * std::max<std::size_t>(1, static_cast<std::size_t>(num_blocks_) * num_mla_ * block_elems_);
+    if (k.allocate) {
+      slot_mem_ = k.allocate(slot_b);
+      block_mem_ = k.allocate(block_b);
+      if (!slot_mem_ || !block_mem_) throw std::invalid_argument("kv_config.allocate returned no memory for the KV pools");
+    } else {
+      slot_mem_ = std::shared_ptr<void>(new float[slot_b / sizeof(float)], [](void* p) { delete[] static_cast<float*>(p); });
+      block_mem_ = std::shared_ptr<void>(new bf16_t[block_b / sizeof(bf16_t)], [](void* p) { delete[] static_cast<bf16_t*>(p); });
+    }
+    slots_ = static_cast<float*>(slot_mem_.get());
+    blocks_ = static_cast<bf16_t*>(block_mem_.get());
   }
   for (int s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
   for (std::int64_t b = num_blocks_ - 1; b >= 0; --b) free_blocks_.push_back(static_cast<std::int32_t>(b));
@@ -78,7 +88,7 @@ bool kv_manager::can_allocate(seq_id id, std::int64_t tokens) const {
 void kv_manager::point(seq& s) {
   if (!k_.backed) return; // accounting only: the views stay empty
   const std::size_t per_slot = static_cast<std::size_t>(num_kda_) * (kda_floats_ + conv_floats_);
-  float* base = slots_.get() + static_cast<std::size_t>(s.slot) * per_slot;
+  float* base = slots_ + static_cast<std::size_t>(s.slot) * per_slot;
   for (int l = 0; l < num_kda_; ++l) {
     s.view.kda[static_cast<std::size_t>(l)] = base + static_cast<std::size_t>(l) * (kda_floats_ + conv_floats_);
     s.view.conv[static_cast<std::size_t>(l)] = s.view.kda[static_cast<std::size_t>(l)] + kda_floats_;
@@ -86,7 +96,7 @@ void kv_manager::point(seq& s) {
   for (int l = 0; l < num_mla_; ++l) { // append the new blocks only
     auto& table = s.view.mla_blocks[static_cast<std::size_t>(l)];
     for (std::size_t i = table.size(); i < s.blocks.size(); ++i)
-      table.push_back(blocks_.get() + (static_cast<std::size_t>(s.blocks[i]) * num_mla_ + l) * block_elems_);
+      table.push_back(blocks_ + (static_cast<std::size_t>(s.blocks[i]) * num_mla_ + l) * block_elems_);
   }
 }
 

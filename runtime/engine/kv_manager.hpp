@@ -21,6 +21,7 @@
 // scheduler actor).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,11 @@ struct kv_config {
   /// false: accounting only, no pool memory (the simulator and mock devices: views carry no
   /// pointers, so only executors that never touch state may run on them).
   bool backed = true;
+  /// Where the pools live when backed: returns `bytes` of storage (owned by the shared_ptr's
+  /// deleter) or throws. Empty: host memory. The CUDA executor passes device memory, so the
+  /// views hand out device pointers the GPU kernels use directly; nothing here dereferences
+  /// pool memory.
+  std::function<std::shared_ptr<void>(std::size_t bytes)> allocate = {};
 };
 
 struct kv_usage {
@@ -99,8 +105,9 @@ private:
   // Uninitialised on purpose: pages are touched only when a sequence uses them (state is zeroed
   // by model::step at position 0, cache rows are written before they are read), so a large
   // budget costs nothing at start-up.
-  std::unique_ptr<float[]> slots_;          // [slot][kda layer][state | conv]
-  std::unique_ptr<bf16_t[]> blocks_;        // [block][mla layer][block_size · row_width] (×2 if fp32)
+  std::shared_ptr<void> slot_mem_, block_mem_; // storage (host new[] or kv_config::allocate)
+  float* slots_ = nullptr;                     // [slot][kda layer][state | conv]
+  bf16_t* blocks_ = nullptr;                   // [block][mla layer][block_size · row_width] (×2 if fp32)
   std::vector<int> free_slots_;
   std::vector<std::int32_t> free_blocks_;
   std::unordered_map<seq_id, seq> seqs_;

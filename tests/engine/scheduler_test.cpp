@@ -70,6 +70,46 @@ TEST_CASE("kv: sizing derives max_num_seqs from the budget and says so", "[engin
   CHECK(fixed.usage().num_blocks == (per_seq * 5 - 2 * slot) / block);
 }
 
+TEST_CASE("kv: pools come from kv_config.allocate and views point inside them", "[engine]") {
+  // The CUDA executor hands the manager device memory this way; here a host arena stands in.
+  const auto c = small_config();
+  std::vector<std::pair<char*, std::size_t>> arenas;
+  int freed = 0;
+  {
+    kv_config k{.memory_bytes = 1 << 20, .block_size = 16, .max_model_len = 128, .max_num_seqs = 3};
+    k.allocate = [&](std::size_t bytes) {
+      auto* p = new char[bytes];
+      arenas.emplace_back(p, bytes);
+      return std::shared_ptr<void>(p, [&freed](void* q) {
+        delete[] static_cast<char*>(q);
+        ++freed;
+      });
+    };
+    kv_manager kv(c, k);
+    REQUIRE(arenas.size() == 2);
+    const auto slot_bytes = static_cast<std::size_t>(kv_manager::slot_bytes(c)) * 3;
+    CHECK(arenas[0].second == slot_bytes);
+    CHECK(arenas[1].second == static_cast<std::size_t>(kv.usage().num_blocks * kv_manager::block_bytes(c, 16, false)));
+    auto inside = [](const void* p, const std::pair<char*, std::size_t>& a, std::size_t len) {
+      const char* q = static_cast<const char*>(p);
+      return q >= a.first && q + len <= a.first + a.second;
+    };
+    for (std::uint64_t id = 0; id < 3; ++id) {
+      auto* st = kv.allocate(id, 40);
+      REQUIRE(st != nullptr);
+      for (std::size_t l = 0; l < st->kda.size(); ++l) {
+        CHECK(inside(st->kda[l], arenas[0], st->kda_state_floats() * 4));
+        CHECK(inside(st->conv[l], arenas[0], st->conv_state_floats() * 4));
+      }
+      REQUIRE(st->mla_blocks.size() == 1);
+      REQUIRE(st->mla_blocks[0].size() == 3);
+      for (auto* b : st->mla_blocks[0]) CHECK(inside(b, arenas[1], 16 * 40 * 2));
+    }
+    CHECK(freed == 0);
+  }
+  CHECK(freed == 2); // the manager's destruction returns both pools
+}
+
 TEST_CASE("kv: random allocate/release against a model of the pools", "[engine]") {
   const auto c = small_config();
   kv_manager kv(c, {.memory_bytes = 2 << 20, .block_size = 16, .max_model_len = 512, .max_num_seqs = 6});
