@@ -66,13 +66,13 @@ __global__ void split_kernel(const float* __restrict__ q, long long rows, int no
 
 __global__ void cache_write_kernel(const float* __restrict__ x, long long ld, int width,
                                    const std::uint16_t* const* const* __restrict__ tables, const std::int64_t* __restrict__ pos,
-                                   int block_size, long long n) {
+                                   int block_size, long long layer_offset, long long n) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const long long t = i / width;
   const int c = static_cast<int>(i % width);
   const std::int64_t p = pos[t];
-  std::uint16_t* row = const_cast<std::uint16_t*>(tables[t][p / block_size]) + (p % block_size) * width;
+  std::uint16_t* row = const_cast<std::uint16_t*>(tables[t][p / block_size]) + layer_offset + (p % block_size) * width;
   row[c] = narrow(x[t * ld + c]);
 }
 
@@ -122,9 +122,12 @@ __global__ void attnres_kernel(const float* __restrict__ bank, long long stride,
   }
 }
 
-__global__ void argmax_kernel(const float* __restrict__ logits, int vocab, std::int32_t* __restrict__ ids) {
+__global__ void argmax_kernel(const float* __restrict__ logits, int vocab, std::int32_t* __restrict__ ids,
+                              float* __restrict__ logprob) {
   __shared__ float bv[kThreads / 32];
   __shared__ int bi[kThreads / 32];
+  __shared__ float scratch[32];
+  __shared__ float s_max;
   const float* row = logits + static_cast<long long>(blockIdx.x) * vocab;
   float v = -FLT_MAX;
   int idx = INT_MAX;
@@ -142,7 +145,16 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int vocab, std::
     for (int w = 1; w < kThreads / 32; ++w)
       if (bv[w] > v || (bv[w] == v && bi[w] < idx)) v = bv[w], idx = bi[w];
     ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
+    s_max = v;
   }
+  __syncthreads();
+  if (!logprob) return;
+  // Raw log-probability of the arg-max: −log Σ exp(x − max) (fp32, as the CPU sampler's).
+  const float m = s_max;
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(row[i] - m);
+  sum = block_reduce_sum(sum, scratch);
+  if (threadIdx.x == 0) logprob[blockIdx.x] = -logf(sum);
 }
 
 __global__ void gather_kernel(const float* __restrict__ x, int n, const std::int32_t* __restrict__ rows, long long total,
@@ -195,12 +207,12 @@ status split_heads(const float* q, long long rows, int nope, int rope, float* q_
 }
 
 status mla_cache_write(const float* x, long long ld, int width, const std::uint16_t* const* const* tables, const std::int64_t* pos,
-                       int block_size, int tokens, cudaStream_t s) {
+                       int block_size, std::int64_t layer_offset, int tokens, cudaStream_t s) {
   if (width < 1 || ld < width || block_size < 1 || tokens < 0)
     return {false, "mla_cache_write: need width >= 1, ld >= width, block_size >= 1"};
   const long long n = static_cast<long long>(tokens) * width;
   if (n == 0) return {};
-  cache_write_kernel<<<blocks(n), kThreads, 0, s>>>(x, ld, width, tables, pos, block_size, n);
+  cache_write_kernel<<<blocks(n), kThreads, 0, s>>>(x, ld, width, tables, pos, block_size, layer_offset, n);
   K3_CUDA_TRY(cudaGetLastError());
   return {};
 }
@@ -214,10 +226,10 @@ status attnres_mix(const float* bank, long long stride, int nb, const float* cur
   return {};
 }
 
-status argmax_rows(const float* logits, int rows, int vocab, std::int32_t* ids, cudaStream_t s) {
+status argmax_rows(const float* logits, int rows, int vocab, std::int32_t* ids, float* logprob, cudaStream_t s) {
   if (rows < 0 || vocab < 1) return {false, "argmax_rows: need rows >= 0, vocab >= 1"};
   if (rows == 0) return {};
-  argmax_kernel<<<rows, kThreads, 0, s>>>(logits, vocab, ids);
+  argmax_kernel<<<rows, kThreads, 0, s>>>(logits, vocab, ids, logprob);
   K3_CUDA_TRY(cudaGetLastError());
   return {};
 }

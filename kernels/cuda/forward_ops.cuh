@@ -10,10 +10,12 @@
 //   mla_cache_write  token t's row [c_kv | k_rot] (fp32, width W, stride ld) rounded to bf16
 //                  into its sequence's paged cache at position pos[t]: tables[t] is that
 //                  sequence's device block table (one entry per token, so prefill chunks and
-//                  decode tokens of many sequences go in one launch)
+//                  decode tokens of many sequences go in one launch); rows sit layer_offset
+//                  elements past each block pointer
 //   attnres_mix    Block AttnRes (ops/attnres.hpp) over nb banked blocks bank + i·stride and
 //                  the current sum; `rows` (or nullptr) picks each output row's source row
-//   argmax_rows    per row the lowest index of the maximum (greedy sampling on the device)
+//   argmax_rows    per row the lowest index of the maximum (greedy sampling on the device) and,
+//                  if logprob is not null, its raw log-probability −log Σ exp(x − max)
 //   gather_rows    out[r] = x[rows[r]]
 #include <cstdint>
 
@@ -36,12 +38,12 @@ status glu(const float* gate, const float* up, long long n, const glu_params& p,
 status split_heads(const float* q, long long rows, int nope, int rope, float* q_nope, float* q_rot, cudaStream_t stream);
 
 status mla_cache_write(const float* rows_fp32, long long ld, int width, const std::uint16_t* const* const* tables,
-                       const std::int64_t* pos, int block_size, int tokens, cudaStream_t stream);
+                       const std::int64_t* pos, int block_size, std::int64_t layer_offset, int tokens, cudaStream_t stream);
 
 status attnres_mix(const float* bank, long long bank_stride, int nb, const float* current, const float* w, float eps,
                    const std::int32_t* rows, int out_rows, int n, float* out, cudaStream_t stream);
 
-status argmax_rows(const float* logits, int rows, int vocab, std::int32_t* ids, cudaStream_t stream);
+status argmax_rows(const float* logits, int rows, int vocab, std::int32_t* ids, float* logprob, cudaStream_t stream);
 status gather_rows(const float* x, int n, const std::int32_t* rows, int out_rows, float* out, cudaStream_t stream);
 
 } // namespace k3::cuda

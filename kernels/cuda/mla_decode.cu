@@ -13,7 +13,8 @@ __device__ __forceinline__ float bf16(std::uint16_t b) { return __uint_as_float(
 
 __global__ void mla_decode_kernel(const float* __restrict__ q_nope, const float* __restrict__ q_rot, const float* __restrict__ kv_b,
                                   const std::uint16_t* const* const* __restrict__ tables, const std::int64_t* __restrict__ ctx,
-                                  int block_size, mla_dims d, const float* __restrict__ gate, float* __restrict__ out) {
+                                  int block_size, long long layer_offset, mla_dims d, const float* __restrict__ gate,
+                                  float* __restrict__ out) {
   extern __shared__ float sh[];
   float* qt = sh;                        // [latent]  q̃
   float* qr = qt + d.latent;             // [rope]
@@ -40,7 +41,7 @@ __global__ void mla_decode_kernel(const float* __restrict__ q_nope, const float*
   float m = -INFINITY, l = 0.f, acc[kMaxPerLane];
   for (int j = 0; j < per_lane; ++j) acc[j] = 0.f;
   for (std::int64_t p = warp; p < len; p += kWarps) {
-    const std::uint16_t* row = blocks[p / block_size] + (p % block_size) * width;
+    const std::uint16_t* row = blocks[p / block_size] + layer_offset + (p % block_size) * width;
     float part = 0.f;
     for (int j = 0; j < per_lane; ++j) part += qt[lane + 32 * j] * bf16(row[lane + 32 * j]);
     for (int r = lane; r < d.rope; r += 32) part += qr[r] * bf16(row[d.latent + r]);
@@ -84,7 +85,8 @@ __global__ void mla_decode_kernel(const float* __restrict__ q_nope, const float*
 } // namespace
 
 status mla_decode(const float* q_nope, const float* q_rot, const float* kv_b, const std::uint16_t* const* const* tables,
-                  const std::int64_t* ctx, int block_size, const mla_dims& d, const float* gate, int sequences, float* out,
+                  const std::int64_t* ctx, int block_size, std::int64_t layer_offset, const mla_dims& d, const float* gate,
+                  int sequences, float* out,
                   cudaStream_t stream) {
   if (d.heads < 1 || d.latent <= 0 || d.latent % 32 != 0 || d.latent > 32 * kMaxPerLane || d.nope < 1 || d.rope < 0 || d.v < 1 ||
       block_size < 1 || sequences < 0)
@@ -92,7 +94,7 @@ status mla_decode(const float* q_nope, const float* q_rot, const float* kv_b, co
   if (sequences == 0) return {};
   const std::size_t smem = sizeof(float) * (static_cast<std::size_t>(d.latent) * (2 + kWarps) + d.rope + 2 * kWarps);
   if (smem > 48 * 1024) K3_CUDA_TRY(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  mla_decode_kernel<<<sequences * d.heads, kThreads, smem, stream>>>(q_nope, q_rot, kv_b, tables, ctx, block_size, d, gate, out);
+  mla_decode_kernel<<<sequences * d.heads, kThreads, smem, stream>>>(q_nope, q_rot, kv_b, tables, ctx, block_size, layer_offset, d, gate, out);
   K3_CUDA_TRY(cudaGetLastError());
   return {};
 }

@@ -9,7 +9,8 @@
 //   o_h   = W_UV,h o_lat;   K3: o_h ⊙= sigmoid(gate_h)
 //
 // One block per (sequence, head). Cache rows [c_kv | k_rot] bf16, row p of sequence n at
-// tables[n][p / block_size] + (p % block_size)·(latent + rope). kv_b fp32 [H·(nope + v), latent].
+// tables[n][p / block_size] + layer_offset + (p % block_size)·(latent + rope) (layer_offset: elements
+// from a block's first layer to this layer's rows, so one block table serves every MLA layer). kv_b fp32 [H·(nope + v), latent].
 // REQUIRES: latent % 32 == 0, latent ≤ 1024, nope, v ≤ 1024; ctx[n] ≥ 1.
 
 #include <cstdint>
@@ -25,7 +26,7 @@ struct mla_dims {
 };
 
 status mla_decode(const float* q_nope, const float* q_rot, const float* kv_b, const std::uint16_t* const* const* tables,
-                  const std::int64_t* ctx, int block_size, const mla_dims& d, const float* gate, int sequences, float* out,
+                  const std::int64_t* ctx, int block_size, std::int64_t layer_offset, const mla_dims& d, const float* gate, int sequences, float* out,
                   cudaStream_t stream);
 
 } // namespace k3::cuda

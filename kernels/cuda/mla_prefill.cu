@@ -37,6 +37,7 @@ template <int kPer> // latent / 16 when known at compile time (accumulators in r
 __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(const float* __restrict__ q_nope, const float* __restrict__ q_rot,
                                                               const float* __restrict__ kv_b,
                                                               const std::uint16_t* const* __restrict__ table, int block_size,
+                                                              long long layer_offset,
                                                               std::int64_t pos0, int T, mla_dims d, const float* __restrict__ gate,
                                                               float* __restrict__ out) {
   extern __shared__ float sh[];
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(const float* __re
       std::uint16_t v = 0;
       if (j < np) {
         const std::int64_t p = p0 + j;
-        v = table[p / block_size][(p % block_size) * W + c];
+        v = table[p / block_size][layer_offset + (p % block_size) * W + c];
       }
       rows[j * RW + c] = v;
     }
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(const float* __re
 } // namespace
 
 status mla_prefill(const float* q_nope, const float* q_rot, const float* kv_b, const std::uint16_t* const* table, int block_size,
-                   std::int64_t pos0, int tokens, const mla_dims& d, const float* gate, float* out, cudaStream_t stream) {
+                   std::int64_t layer_offset, std::int64_t pos0, int tokens, const mla_dims& d, const float* gate, float* out, cudaStream_t stream) {
   if (d.heads < 1 || d.latent <= 0 || d.latent % 16 != 0 || d.latent > 1024 || d.rope < 0 || d.rope > 128 || d.nope < 1 ||
       d.v < 1 || block_size < 1 || tokens < 0 || pos0 < 0)
     return {false, "mla_prefill: need heads >= 1, latent a multiple of 16 up to 1024, rope <= 128, nope/v >= 1, "
@@ -163,7 +164,7 @@ status mla_prefill(const float* q_nope, const float* q_rot, const float* kv_b, c
   const auto kernel = d.latent == 512 ? mla_prefill_kernel<32> : mla_prefill_kernel<0>; // 512: both Kimi models
   K3_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((tokens + QT - 1) / QT), static_cast<unsigned>(d.heads));
-  kernel<<<grid, kThreads, smem, stream>>>(q_nope, q_rot, kv_b, table, block_size, pos0, tokens, d, gate, out);
+  kernel<<<grid, kThreads, smem, stream>>>(q_nope, q_rot, kv_b, table, block_size, layer_offset, pos0, tokens, d, gate, out);
   K3_CUDA_TRY(cudaGetLastError());
   return {};
 }

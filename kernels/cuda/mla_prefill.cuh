@@ -12,7 +12,8 @@
 // cores yet): the staged tile cuts cache reads 16× against per-token decode blocks.
 //
 // Layouts: q_nope [T, H, nope], q_rot [T, H, rope], gate [T, H·v] or nullptr, out [T, H·v];
-// table: device block table of the sequence (rows [c_kv | k_rot], latent + rope bf16 each);
+// table: device block table of the sequence (rows [c_kv | k_rot], latent + rope bf16 each, this
+// layer's rows layer_offset elements past each block pointer);
 // kv_b fp32 [H·(nope + v), latent]. REQUIRES latent % 16 == 0, latent ≤ 1024, rope ≤ 128.
 
 #include <cstdint>
@@ -25,7 +26,7 @@
 namespace k3::cuda {
 
 status mla_prefill(const float* q_nope, const float* q_rot, const float* kv_b, const std::uint16_t* const* table,
-                   int block_size, std::int64_t pos0, int tokens, const mla_dims& d, const float* gate, float* out,
+                   int block_size, std::int64_t layer_offset, std::int64_t pos0, int tokens, const mla_dims& d, const float* gate, float* out,
                    cudaStream_t stream);
 
 } // namespace k3::cuda

@@ -15,6 +15,7 @@
 #include "kernels/ops/activations.hpp"
 #include "kernels/ops/attnres.hpp"
 #include "kernels/ops/norms.hpp"
+#include "kernels/sampling/sampler.hpp"
 #include "tests/support/cuda_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -112,11 +113,17 @@ TEST_CASE("cuda forward glue kernels match the CPU steps", "[gpu][ops]") {
     logits[3 * vocab + 17] = 50.f; // ties resolve to the lower index
     logits[3 * vocab + 900] = 50.f;
     std::int32_t* ids = o.poisoned<std::int32_t>(rows);
-    REQUIRE(k3::cuda::argmax_rows(o.put(logits), rows, vocab, ids, nullptr).ok);
+    float* lp = o.poisoned<float>(rows);
+    REQUIRE(k3::cuda::argmax_rows(o.put(logits), rows, vocab, ids, lp, nullptr).ok);
     const auto got = to_host(ids, rows);
+    const auto got_lp = to_host(lp, rows);
     for (int i = 0; i < rows; ++i) {
       const auto* row = logits.data() + std::size_t(i) * vocab;
-      REQUIRE(got[i] == static_cast<std::int32_t>(std::max_element(row, row + vocab) - row));
+      const auto best = static_cast<std::int32_t>(std::max_element(row, row + vocab) - row);
+      REQUIRE(got[i] == best);
+      const std::vector<std::int32_t> pick = {best};
+      const auto want_lp = k3::sampling::log_softmax_at(std::span<const float>(row, vocab), pick);
+      CHECK(std::abs(got_lp[i] - want_lp[0]) < 1e-4);
     }
     CHECK(got[3] == 17);
     const std::vector<std::int32_t> pick = {6, 0, 3};
@@ -189,26 +196,28 @@ TEST_CASE("cuda mla cache write and prefill match the CPU cache and attention", 
     std::vector<float> want(std::size_t(s.T) * s.heads * s.v);
     k3::mla::attention(qn.data(), qr.data(), kv_b.data(), cv, d, s.pos0, s.T, s.gated ? gate.data() : nullptr, want.data());
 
-    // Device cache: empty blocks, prefix rows [0, pos0) then the chunk written by the kernel.
+    // Device cache: blocks holding two layers' rows; this test's layer is the second one
+    // (layer_offset = one layer's rows), the first stays poisoned.
+    const std::int64_t layer_offset = std::int64_t(s.block) * W;
     std::vector<const std::uint16_t*> dblocks;
-    for (std::int64_t b = 0; b < nb; ++b) dblocks.push_back(o.poisoned<std::uint16_t>(std::size_t(s.block) * W));
+    for (std::int64_t b = 0; b < nb; ++b) dblocks.push_back(o.poisoned<std::uint16_t>(std::size_t(2 * s.block) * W));
     const std::uint16_t* const* table = o.put(dblocks);
     std::vector<const std::uint16_t* const*> tok_tables(static_cast<std::size_t>(total), table);
     std::vector<std::int64_t> tok_pos(static_cast<std::size_t>(total));
     for (std::int64_t p = 0; p < total; ++p) tok_pos[static_cast<std::size_t>(p)] = p;
-    auto st = k3::cuda::mla_cache_write(o.put(rows), W, W, o.put(tok_tables), o.put(tok_pos), s.block,
+    auto st = k3::cuda::mla_cache_write(o.put(rows), W, W, o.put(tok_tables), o.put(tok_pos), s.block, layer_offset,
                                         static_cast<int>(total), nullptr);
     INFO(st.message);
     REQUIRE(st.ok);
     for (std::int64_t b = 0; b < nb; ++b) { // the cache is bit-identical to the CPU's
-      const auto got = to_host(dblocks[static_cast<std::size_t>(b)], std::size_t(s.block) * W);
+      const auto got = to_host(dblocks[static_cast<std::size_t>(b)] + layer_offset, std::size_t(s.block) * W);
       const auto want_b = bits(blocks[static_cast<std::size_t>(b)]);
       const std::size_t used = std::size_t(std::min<std::int64_t>(s.block, total - b * s.block)) * W;
       REQUIRE(std::memcmp(got.data(), want_b.data(), used * 2) == 0);
     }
     float* out = o.poisoned<float>(want.size());
     const k3::cuda::mla_dims cd{s.heads, s.nope, s.rope, s.latent, s.v};
-    st = k3::cuda::mla_prefill(o.put(qn), o.put(qr), o.put(kv_b), table, s.block, s.pos0, static_cast<int>(s.T), cd,
+    st = k3::cuda::mla_prefill(o.put(qn), o.put(qr), o.put(kv_b), table, s.block, layer_offset, s.pos0, static_cast<int>(s.T), cd,
                                s.gated ? o.put(gate) : nullptr, out, nullptr);
     INFO(st.message);
     REQUIRE(st.ok);

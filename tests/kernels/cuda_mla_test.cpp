@@ -89,7 +89,7 @@ TEST_CASE("cuda mla decode matches the CPU absorbed attention", "[gpu][mla]") {
     owned.push_back(dout);
     REQUIRE(cudaMemset(dout, 0xFF, ref.size() * 4) == cudaSuccess);
     const k3::cuda::mla_dims md{s.heads, s.nope, s.rope, s.latent, s.v};
-    const auto st = k3::cuda::mla_decode(dqn, dqr, dkvb, dtables, dctx, s.block, md, s.gated ? dgate : nullptr, N, dout, nullptr);
+    const auto st = k3::cuda::mla_decode(dqn, dqr, dkvb, dtables, dctx, s.block, 0, md, s.gated ? dgate : nullptr, N, dout, nullptr);
     INFO(st.message);
     REQUIRE(st.ok);
     const auto got = k3::test::to_host(dout, ref.size());
