@@ -13,6 +13,9 @@
 #include "runtime/chat/k3_xtml.hpp"
 #include "runtime/engine/executor.hpp"
 #include "runtime/model/model.hpp"
+#if K3_HAVE_GPU_RUNTIME
+#include "runtime/cuda/cuda_executor.hpp"
+#endif
 
 namespace k3 {
 
@@ -97,9 +100,34 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
     p->m->set_expert_dispatcher(p->dispatcher.get());
   }
 
-  if (o.executor) p->exec = o.executor;
-  else if (o.null_executor) p->exec = std::make_shared<engine::null_executor>(c.vocab);
-  else p->exec = std::make_shared<engine::model_executor>(*p->m);
+  std::function<std::shared_ptr<void>(std::size_t)> pool_alloc; // KV pools: host memory unless a device says otherwise
+  std::int64_t kv_bytes = o.kv_memory_bytes;
+  const bool on_cuda = o.device.rfind("cuda", 0) == 0;
+  if (o.device != "cpu" && !on_cuda) throw std::invalid_argument("--device " + o.device + " is not supported (cpu, cuda, cuda:N)");
+  if (on_cuda) {
+#if K3_HAVE_GPU_RUNTIME
+    if (o.executor || o.null_executor || p->dispatcher)
+      throw std::invalid_argument("--device cuda runs the whole model on the GPU: it excludes --null-executor and expert-shard actors");
+    const int dev = o.device.size() > 5 && o.device[4] == ':' ? std::stoi(o.device.substr(5)) : 0;
+    gpu::cuda_model_options go;
+    go.device = dev;
+    auto cx = std::make_shared<gpu::cuda_executor>(*p->m, go);
+    pool_alloc = cx->pool_allocator();
+    // Activation reserve: the step's scratch at max_num_batched_tokens (≈ 64 floats of hidden
+    // per token per buffer, generous) plus 1 GiB for cuBLAS/CUB workspaces.
+    const std::int64_t reserve = (1ll << 30) + static_cast<std::int64_t>(o.max_num_batched_tokens) * c.hidden * 4 * 64;
+    if (!o.kv_memory_bytes_explicit) kv_bytes = cx->kv_budget(o.gpu_memory_utilization, reserve);
+    p->exec = cx;
+#else
+    throw std::invalid_argument("--device " + o.device + ": this build has no CUDA backend (configured with K3_CUDA=OFF or without nvcc)");
+#endif
+  } else if (o.executor) {
+    p->exec = o.executor;
+  } else if (o.null_executor) {
+    p->exec = std::make_shared<engine::null_executor>(c.vocab);
+  } else {
+    p->exec = std::make_shared<engine::model_executor>(*p->m);
+  }
 
   actors::scheduler_actor_config sc;
   sc.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -108,7 +136,8 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   sc.scheduler.max_waiting_tokens = o.max_waiting_tokens;
   sc.scheduler.priority = o.priority_scheduling;
   sc.scheduler.vocab = c.vocab;
-  sc.kv.memory_bytes = o.kv_memory_bytes;
+  sc.kv.memory_bytes = kv_bytes;
+  sc.kv.allocate = pool_alloc;
   sc.kv.block_size = o.block_size;
   sc.kv.max_model_len = std::min<std::int64_t>(o.max_model_len, c.max_position);
   sc.kv.max_num_seqs = o.max_num_seqs;
@@ -126,6 +155,11 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   } else if (auto mx = std::dynamic_pointer_cast<engine::model_executor>(p->exec)) {
     sc.add_stats = [mx](actors::engine_stats& s) { s.expert_tokens = mx->expert_tokens(); };
   }
+#if K3_HAVE_GPU_RUNTIME
+  else if (auto gx = std::dynamic_pointer_cast<gpu::cuda_executor>(p->exec)) {
+    sc.add_stats = [gx](actors::engine_stats& s) { s.expert_tokens = gx->expert_tokens(); };
+  }
+#endif
   p->sched = actors::spawn_scheduler(sys, c, std::move(sc), &p->note);
   return std::unique_ptr<llm_engine>(new llm_engine(std::move(p)));
 }

@@ -107,6 +107,7 @@ void apply_option(server_config& c, std::string_view key, std::string_view v, bo
   else if (key == "shutdown-timeout") need(), c.shutdown_timeout = to_num(key, v);
   else if (key == "http-threads") need(), c.http_threads = static_cast<int>(to_int(key, v, 1, 256));
   else if (key == "null-executor") c.null_executor = to_bool(key, v, has);
+  else if (key == "device") need(), c.device = str(v);
   else if (key == "cache-dir") need(), c.cache_dir = str(v);
   else if (key == "data-parallel-size" || key == "dp" || key == "dp-size") need(), c.data_parallel_size = static_cast<int>(to_int(key, v, 1, 4096));
   else if (key == "enable-dp-attention") c.enable_dp_attention = to_bool(key, v, has);
@@ -162,6 +163,17 @@ std::string server_config::validate_portable() const {
 }
 
 std::string server_config::validate() const {
+  const bool cuda = device.rfind("cuda", 0) == 0;
+  if (device != "cpu" && device != "cuda" &&
+      !(device.size() > 5 && device.rfind("cuda:", 0) == 0 && device.find_first_not_of("0123456789", 5) == std::string::npos))
+    return "--device " + device + " is not supported (cpu, cuda or cuda:N)";
+  if (cuda && tensor_parallel_size > 1)
+    return "--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
+           " with --device cuda: the CUDA backend runs one GPU per engine so far (the NCCL communicators exist, the "
+           "sharded forward pass does not); use 1";
+  if (cuda && (expert_parallel_size > 0 || !remote_shards.empty()))
+    return "--device cuda runs the routed experts on the GPU; --expert-parallel-size / --remote-shards are CPU expert-shard actors";
+  if (cuda && null_executor) return "--null-executor and --device cuda are exclusive";
   if (data_parallel_size > 1 || enable_dp_attention)
     return "--data-parallel-size / --enable-dp-attention cannot take effect on this CPU build (one engine per process); "
            "they are accepted in `k3 sim` plans";
@@ -171,7 +183,7 @@ std::string server_config::validate() const {
     return "--kv-cache-dtype " + kv_cache_dtype + " cannot take effect on this CPU build (the MLA cache is bf16); it is accepted in `k3 sim` plans";
   if (tensor_parallel_size > 1)
     return "--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
-           " cannot take effect: this build runs the model on the CPU (no CUDA backend yet), so there are no GPUs to split "
+           " cannot take effect: this run uses the CPU (--device cpu), so there are no GPUs to split "
            "it over; use 1, or --expert-parallel-size to shard the experts";
   if (pipeline_parallel_size > 1)
     return "--pipeline-parallel-size " + std::to_string(pipeline_parallel_size) +

@@ -43,6 +43,7 @@ struct server_config {
   double shutdown_timeout = 30;      ///< --shutdown-timeout seconds to drain on SIGTERM
   int http_threads = 2;              ///< --http-threads
   bool null_executor = false;        ///< --null-executor: zero-cost steps (server ceiling benchmark)
+  std::string device = "cpu";        ///< --device cpu|cuda|cuda:N (CUDA builds: the model on that GPU)
   std::string cache_dir;             ///< --cache-dir for the demo checkpoint (default ~/.cache/k3serve)
   std::string simulate;              ///< --simulate PLAN: placeholder tokens at the pace `k3 sim` models for PLAN
   std::string simulate_hardware;     ///< --simulate-hardware NAME|FILE: override the plan's GPU

@@ -56,9 +56,12 @@ int serve_main(const std::vector<std::string_view>& args) {
                 "         [--expert-parallel-size N] [--num-redundant-experts R] [--remote-shards H:P,...]\n"
                 "         [--tensor-parallel-size 1] [--pipeline-parallel-size 1] [--dtype auto] [--quantization mxfp4]\n"
                 "         [--trust-remote-code] [--enable-chunked-prefill] [--shutdown-timeout S] [--config FILE]\n"
+                "         [--device cpu|cuda|cuda:N]\n"
                 "         [--simulate A|B|C|PLANFILE|\"LAUNCH LINE\" [--simulate-hardware H] [--simulate-gpus N]]\n"
                 "  --simulate: placeholder tokens paced like Kimi K3 on that plan (k3 sim's cost model), the\n"
                 "  KV pools and admission of one attention replica of the plan; no GPU needed.\n"
+                "  --device cuda: the model on that GPU (CUDA builds), KV pools in device memory sized by\n"
+                "  --gpu-memory-utilization of the card; routed experts must be MXFP4 (--quantization mxfp4).\n"
                 "  vLLM/SGLang spellings are accepted (--model-path, --tp, --ep, --context-length, ...).");
       return 0;
     }
@@ -106,6 +109,9 @@ int serve_main(const std::vector<std::string_view>& args) {
   eo.remote_shards = cfg.remote_shards;
   eo.quantize_experts = cfg.quantization == "mxfp4";
   eo.null_executor = cfg.null_executor;
+  eo.device = cfg.device;
+  eo.gpu_memory_utilization = cfg.gpu_memory_utilization;
+  eo.kv_memory_bytes_explicit = cfg.kv_cache_memory > 0;
   // CPU build: the KV pools live in RAM. --gpu-memory-utilization U reserves U of what is
   // available after the weights (capped at 8 GiB); pages are only touched when used.
   eo.kv_memory_bytes = cfg.kv_cache_memory > 0

@@ -55,6 +55,12 @@ struct engine_options {
   bool quantize_experts = false;               ///< bf16 experts → MXFP4 at load
   bool exact_fp32 = false;                     ///< reference numerics (tests)
   bool null_executor = false;                  ///< zero-cost steps (runtime-overhead benchmark)
+  /// "cpu" (default) or "cuda" / "cuda:N": run the model on CUDA device N (the CUDA executor
+  /// under the stream actor, weights and KV pools in device memory). With cuda the KV budget
+  /// is gpu_memory_utilization of the card (vLLM's rule) unless kv_memory_bytes_explicit.
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
+  bool kv_memory_bytes_explicit = false;
   /// KV accounting of another machine (`k3 serve --simulate`): budget cost of one KDA slot and
   /// one MLA block (0: this model's), and no pool memory (only for executors that never touch
   /// state). kv_memory_bytes is then that machine's per-GPU budget.

@@ -303,6 +303,17 @@ TEST_CASE("server: launch lines — flags that cannot take effect are start-up e
   CHECK(out.find("--enable-chunked-prefill false cannot take effect") != std::string::npos);
   out = run({"--no-such-flag", "1"});
   CHECK(out.find("unknown option '--no-such-flag'") != std::string::npos);
+  // --device: bad names, combinations the CUDA backend excludes, and a clear refusal where
+  // there is no GPU (or no CUDA backend in this build) instead of a crash.
+  out = run({"--device", "tpu"});
+  CHECK(out.find("--device tpu is not supported (cpu, cuda or cuda:N)") != std::string::npos);
+  out = run({"--device", "cuda", "--tp", "2"});
+  CHECK(out.find("--tensor-parallel-size 2 with --device cuda") != std::string::npos);
+  out = run({"--device", "cuda:0", "--expert-parallel-size", "2"});
+  CHECK(out.find("--expert-parallel-size / --remote-shards are CPU expert-shard actors") != std::string::npos);
+  out = run({"--device", "cuda", "--quantization", "mxfp4"}); // starts only where a GPU is visible
+  CHECK((out.find("no CUDA device visible") != std::string::npos || out.find("no CUDA backend") != std::string::npos ||
+         out.find("listening on") != std::string::npos));
   {
     std::ofstream(d.str() + "/bad.yaml") << "max-num-seqs: 4\nbogus-key: 1\n";
     out = run({"--config", d.str() + "/bad.yaml"});

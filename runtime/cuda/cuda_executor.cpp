@@ -1,0 +1,112 @@
+#include "runtime/cuda/cuda_executor.hpp"
+
+#include <cstring>
+#include <exception>
+
+#include "kernels/cuda/forward_ops.cuh"
+
+namespace k3::gpu {
+namespace {
+
+bool device_greedy(const sampling::params& p) {
+  return p.temperature == 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f &&
+         p.top_logprobs == 0;
+}
+
+} // namespace
+
+cuda_executor::cuda_executor(const model::model& m, const cuda_model_options& o) : m_(m, o) {
+  num_experts_ = static_cast<std::size_t>(m.config().num_experts);
+  totals_ = std::make_unique<std::atomic<std::int64_t>[]>(std::max<std::size_t>(1, num_experts_));
+  for (std::size_t e = 0; e < num_experts_; ++e) totals_[e].store(0, std::memory_order_relaxed);
+}
+
+std::vector<std::int64_t> cuda_executor::expert_tokens() const {
+  std::vector<std::int64_t> out(num_experts_);
+  for (std::size_t e = 0; e < num_experts_; ++e) out[e] = totals_[e].load(std::memory_order_relaxed);
+  return out;
+}
+
+std::int64_t cuda_executor::kv_budget(double util, std::int64_t reserve) const {
+  check(cudaSetDevice(m_.device()), "cudaSetDevice");
+  std::size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  const double used = static_cast<double>(total_b - free_b);
+  const auto budget = static_cast<std::int64_t>(util * static_cast<double>(total_b) - used) - reserve;
+  if (budget <= 0)
+    throw std::invalid_argument("--gpu-memory-utilization " + std::to_string(util) + " leaves no KV memory on this GPU: " +
+                                std::to_string(static_cast<long long>(used / (1 << 20))) + " MiB already in use (weights " +
+                                std::to_string(m_.weight_bytes() >> 20) + " MiB) of " + std::to_string(total_b >> 20) + " MiB");
+  return budget;
+}
+
+engine::step_result cuda_executor::run(const engine::batch_plan& plan) {
+  engine::step_result r;
+  r.step = plan.step;
+  try {
+    check(cudaSetDevice(m_.device()), "cudaSetDevice"); // the actor's thread: set per call, it is cheap
+    entries_.clear();
+    for (const auto& e : plan.entries) entries_.push_back({e.state, e.tokens, false});
+    m_.step(entries_);
+    const auto E = entries_.size();
+    const auto vocab = static_cast<std::size_t>(m_.config().vocab);
+    cudaStream_t s = m_.stream();
+    // Device arg-max for every row (cheap next to the head GEMM); host rows copied as needed.
+    if (E > ids_cap_) {
+      ids_dev_ = device_alloc(E * 8 * 2, "cudaMalloc(sampled ids)");
+      ids_host_ = pinned_alloc(E * 8 * 2, "cudaMallocHost(sampled ids)");
+      ids_cap_ = E * 2;
+    }
+    auto* ids_d = static_cast<std::int32_t*>(ids_dev_.get());
+    auto* lp_d = reinterpret_cast<float*>(ids_d + ids_cap_);
+    check(cuda::argmax_rows(m_.logits(), static_cast<int>(E), static_cast<int>(vocab), ids_d, lp_d, s));
+    check(cudaMemcpyAsync(ids_host_.get(), ids_dev_.get(), ids_cap_ * 8, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync(ids)");
+    std::size_t host_rows = 0;
+    for (const auto& e : plan.entries)
+      if (e.sample && !device_greedy(e.sampler->parameters())) ++host_rows;
+    if (host_rows > rows_cap_) {
+      rows_host_ = pinned_alloc(host_rows * vocab * 4, "cudaMallocHost(logits rows)");
+      rows_cap_ = host_rows;
+    }
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < E; ++i) {
+      const auto& e = plan.entries[i];
+      if (!e.sample || device_greedy(e.sampler->parameters())) continue;
+      check(cudaMemcpyAsync(static_cast<float*>(rows_host_.get()) + k++ * vocab, m_.logits() + i * vocab, vocab * 4,
+                            cudaMemcpyDeviceToHost, s),
+            "cudaMemcpyAsync(logits row)");
+    }
+    check(cudaStreamSynchronize(s), "the step's kernels");
+    m_.collect_expert_counts();
+    const auto& tot = m_.expert_tokens();
+    for (std::size_t x = 0; x < num_experts_; ++x) totals_[x].store(tot[x], std::memory_order_relaxed);
+    const auto* ids_h = static_cast<const std::int32_t*>(ids_host_.get());
+    const auto* lp_h = reinterpret_cast<const float*>(ids_h + ids_cap_);
+    k = 0;
+    for (std::size_t i = 0; i < E; ++i) {
+      const auto& e = plan.entries[i];
+      if (!e.sample) continue;
+      if (device_greedy(e.sampler->parameters())) {
+        r.tokens.push_back(ids_h[i]);
+        r.logprobs.push_back(lp_h[i]);
+        r.tops.emplace_back();
+      } else {
+        const float* row = static_cast<const float*>(rows_host_.get()) + k++ * vocab;
+        row_.assign(row, row + vocab);
+        auto res = e.sampler->sample(row_);
+        r.tokens.push_back(res.token);
+        r.logprobs.push_back(res.logprob);
+        r.tops.push_back(std::move(res.top));
+      }
+    }
+  } catch (const std::exception& ex) {
+    r.tokens.clear();
+    r.logprobs.clear();
+    r.tops.clear();
+    r.error = engine::errc::internal;
+    r.message = std::string("CUDA step failed: ") + ex.what();
+  }
+  return r;
+}
+
+} // namespace k3::gpu

@@ -1,0 +1,500 @@
+// The device forward pass; contract in cuda_model.hpp. Mirrors runtime/model/model.cpp,
+// mixers.cpp and ffn.cpp step for step (same order of operations, same state layouts).
+#include "runtime/cuda/cuda_model.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/forward_ops.cuh"
+#include "kernels/cuda/kda_decode.cuh"
+#include "kernels/cuda/kda_ops.cuh"
+#include "kernels/cuda/kda_prefill.cuh"
+#include "kernels/cuda/mla_decode.cuh"
+#include "kernels/cuda/mla_prefill.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace k3::gpu {
+
+// Per-step host staging (one pinned buffer, one async copy) and grow-only device scratch.
+struct cuda_model::staging {
+  enum buf : int {
+    x, xn, mix, att, ffn, bank, q, k, v, f, graw, g, beta, o, og, qa, qn, qr, ckv, gate, lat, y, sh, up, logits, head,
+    router, ids, wts, moe, num_bufs
+  };
+  device_scratch bufs[num_bufs];
+  float* get(buf b, std::int64_t floats) { return bufs[b].as<float>(static_cast<std::size_t>(std::max<std::int64_t>(floats, 1))); }
+
+  // Host layout of the pinned buffer: 8-byte words, sections addressed by word offset.
+  std::vector<std::uint64_t> host;
+  std::shared_ptr<void> pinned, device;
+  std::size_t pinned_words = 0, device_words = 0;
+  std::uint64_t* dev_base = nullptr;
+  std::size_t take(std::size_t words) {
+    const std::size_t at = host.size();
+    host.resize(at + words, 0);
+    return at;
+  }
+  template <class T>
+  T* dev(std::size_t word) const {
+    return reinterpret_cast<T*>(dev_base + word);
+  }
+
+  // Batch description (host).
+  std::int64_t n = 0;
+  std::vector<std::int64_t> off, len, pos0;
+  std::vector<model::sequence_state*> seq;
+  // Sections (word offsets).
+  std::size_t ids_at = 0, rows_at = 0, tok_table_at = 0, tok_pos_at = 0, kda_at = 0, conv_at = 0, cu_at = 0,
+              entry_table_at = 0, entry_ctx_at = 0;
+  std::vector<std::size_t> seq_table_at; // per entry: its layer-0 block table
+  std::int64_t layer_offset = 0;         // elements between MLA layers' rows inside a block
+  int block_size = 64;
+  // Router choices copied back for the expert counts: [moe layer][n · k] int32.
+  std::shared_ptr<void> ids_host;
+  std::size_t ids_host_bytes = 0;
+  std::int64_t counted_n = 0; // tokens of the step whose ids sit in ids_host
+  cuda::moe_workspace* moe_ws = nullptr;
+  std::unique_ptr<cuda::moe_workspace> moe_ws_own;
+};
+
+namespace {
+
+void validate(const model::model_config& c, std::span<const model::batch_entry> batch) {
+  std::set<const model::sequence_state*> seen;
+  for (std::size_t e = 0; e < batch.size(); ++e) {
+    const auto& be = batch[e];
+    const std::string who = "batch entry " + std::to_string(e);
+    if (!be.seq) throw std::invalid_argument(who + " has no sequence state");
+    if (be.tokens.empty()) throw std::invalid_argument(who + " has no tokens");
+    if (be.all_logits) throw std::invalid_argument(who + " asks for every row's logits; the CUDA backend returns the last row only");
+    if (!seen.insert(be.seq).second) throw std::invalid_argument(who + " reuses a sequence state of an earlier entry");
+    for (std::size_t i = 0; i < be.tokens.size(); ++i)
+      if (be.tokens[i] < 0 || be.tokens[i] >= c.vocab)
+        throw std::invalid_argument("token id " + std::to_string(be.tokens[i]) + " at position " +
+                                    std::to_string(be.seq->pos + static_cast<std::int64_t>(i)) +
+                                    " is outside the vocabulary (vocab_size " + std::to_string(c.vocab) + ")");
+    const std::int64_t end = be.seq->pos + static_cast<std::int64_t>(be.tokens.size());
+    if (end > c.max_position)
+      throw std::invalid_argument("sequence of " + std::to_string(end) + " tokens exceeds max_position_embeddings " +
+                                  std::to_string(c.max_position));
+    for (std::size_t l = 0; l < be.seq->kda.size(); ++l)
+      if (!be.seq->kda[l] || !be.seq->conv[l]) throw std::invalid_argument(who + " has no KDA state slot");
+    if (be.seq->fp32_cache) throw std::invalid_argument(who + ": the CUDA backend keeps a bf16 MLA cache (no exact_fp32 mode)");
+    // States must live on the device (a kv_manager whose pools come from pool_allocator()).
+    const void* probe = !be.seq->kda.empty() ? static_cast<const void*>(be.seq->kda[0])
+                        : !be.seq->mla_blocks.empty() && !be.seq->mla_blocks[0].empty() ? static_cast<const void*>(be.seq->mla_blocks[0][0])
+                                                                                        : nullptr;
+    cudaPointerAttributes attr{};
+    if (probe && (cudaPointerGetAttributes(&attr, probe) != cudaSuccess || attr.type != cudaMemoryTypeDevice)) {
+      cudaGetLastError(); // clear the sticky-free error of a failed query
+      throw std::invalid_argument(who + ": its state is not in device memory (CUDA states come from a device-backed KV manager)");
+    }
+    if (be.seq->capacity() < end)
+      throw std::length_error(who + ": cache blocks cover " + std::to_string(be.seq->capacity()) + " tokens, the step needs " +
+                              std::to_string(end));
+  }
+}
+
+} // namespace
+
+cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
+    : c_(m.config()), round_expert_outputs_(!m.options().exact_fp32), device_(o.device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw cuda_error("no CUDA device visible");
+  if (o.device < 0 || o.device >= count)
+    throw std::invalid_argument("CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) + " visible)");
+  if (c_.num_experts > 0 && c_.num_expert_groups > 1)
+    throw std::invalid_argument("the CUDA router supports one expert group (num_expert_group = 1), this model has " +
+                                std::to_string(c_.num_expert_groups));
+  if (c_.kda_head_dim > 256) throw std::invalid_argument("the CUDA KDA kernels need head_dim <= 256");
+  check(cudaSetDevice(o.device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  w_ = device_weights::upload(m, o.progress);
+  blas_ = std::make_unique<blas>(stream_);
+  st_ = std::make_unique<staging>();
+  expert_totals_.assign(static_cast<std::size_t>(c_.num_experts), 0);
+}
+
+cuda_model::~cuda_model() {
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    st_.reset();
+    blas_.reset();
+    w_.reset();
+    cudaStreamDestroy(stream_);
+  }
+}
+
+std::function<std::shared_ptr<void>(std::size_t)> cuda_model::pool_allocator() const {
+  const int dev = device_;
+  return [dev](std::size_t bytes) {
+    check(cudaSetDevice(dev), "cudaSetDevice");
+    return device_alloc(bytes, "cudaMalloc(KV pools)");
+  };
+}
+
+void cuda_model::collect_expert_counts() {
+  auto& s = *st_;
+  if (c_.num_experts == 0 || s.counted_n == 0) return;
+  const auto* ids = static_cast<const std::int32_t*>(s.ids_host.get());
+  const std::int64_t per = s.counted_n * c_.top_k;
+  for (std::int64_t i = 0; i < per * c_.num_moe_layers(); ++i) ++expert_totals_[static_cast<std::size_t>(ids[i])];
+  s.counted_n = 0;
+}
+
+void cuda_model::step(std::span<const model::batch_entry> batch) {
+  validate(c_, batch);
+  auto& s = *st_;
+  const std::int64_t Hd = c_.hidden;
+  s.off.clear(), s.len.clear(), s.pos0.clear(), s.seq.clear();
+  s.n = 0;
+  for (const auto& be : batch) {
+    s.off.push_back(s.n);
+    s.len.push_back(static_cast<std::int64_t>(be.tokens.size()));
+    s.pos0.push_back(be.seq->pos);
+    s.seq.push_back(be.seq);
+    s.n += static_cast<std::int64_t>(be.tokens.size());
+  }
+  const std::int64_t n = s.n;
+  const auto E = static_cast<std::int64_t>(batch.size());
+  if (n == 0) return;
+  const int num_kda = c_.num_kda_layers(), num_mla = c_.num_layers - num_kda;
+
+  // ---- staging: everything the kernels index, in one buffer --------------------------------
+  s.host.clear();
+  s.ids_at = s.take(static_cast<std::size_t>((n + 1) / 2)); // int32 ids
+  s.rows_at = s.take(static_cast<std::size_t>((E + 1) / 2)); // int32 head rows
+  s.kda_at = s.take(static_cast<std::size_t>(num_kda * E));
+  s.conv_at = s.take(static_cast<std::size_t>(num_kda * 3 * E));
+  s.cu_at = s.take(static_cast<std::size_t>(2 * E));
+  s.tok_table_at = s.take(static_cast<std::size_t>(num_mla > 0 ? n : 0));
+  s.tok_pos_at = s.take(static_cast<std::size_t>(num_mla > 0 ? n : 0));
+  s.entry_table_at = s.take(static_cast<std::size_t>(num_mla > 0 ? E : 0));
+  s.entry_ctx_at = s.take(static_cast<std::size_t>(num_mla > 0 ? E : 0));
+  s.seq_table_at.assign(static_cast<std::size_t>(E), 0);
+  if (num_mla > 0) {
+    s.block_size = batch[0].seq->block_size;
+    s.layer_offset = 0;
+    for (std::int64_t e = 0; e < E; ++e) {
+      const auto& tab = s.seq[e]->mla_blocks;
+      if (s.seq[e]->block_size != s.block_size) throw std::invalid_argument("batch entries use different cache block sizes");
+      // One table serves every MLA layer when a block's layers sit at a fixed stride (the
+      // kv_manager layout); checked at both ends of every table.
+      const std::size_t nb = tab[0].size();
+      for (int l = 1; l < num_mla; ++l) {
+        const std::int64_t d0 = tab[static_cast<std::size_t>(l)][0] - tab[0][0];
+        if (l == 1 && e == 0) s.layer_offset = d0;
+        if (tab[static_cast<std::size_t>(l)].size() != nb || d0 != s.layer_offset * l ||
+            tab[static_cast<std::size_t>(l)][nb - 1] - tab[0][nb - 1] != s.layer_offset * l)
+          throw std::invalid_argument("sequence cache blocks are not laid out at a fixed per-layer stride");
+      }
+      s.seq_table_at[static_cast<std::size_t>(e)] = s.take(nb);
+    }
+  }
+  {
+    auto* ids = reinterpret_cast<std::int32_t*>(s.host.data() + s.ids_at);
+    auto* rows = reinterpret_cast<std::int32_t*>(s.host.data() + s.rows_at);
+    for (std::int64_t e = 0; e < E; ++e) {
+      std::memcpy(ids + s.off[e], batch[e].tokens.data(), static_cast<std::size_t>(s.len[e]) * 4);
+      rows[e] = static_cast<std::int32_t>(s.off[e] + s.len[e] - 1);
+      s.host[s.cu_at + 2 * e] = 0;
+      s.host[s.cu_at + 2 * e + 1] = static_cast<std::uint64_t>(s.len[e]);
+    }
+    const std::int64_t P = c_.kda_proj(), K = c_.conv_kernel;
+    for (int l = 0; l < num_kda; ++l)
+      for (std::int64_t e = 0; e < E; ++e) {
+        s.host[s.kda_at + l * E + e] = reinterpret_cast<std::uint64_t>(s.seq[e]->kda[static_cast<std::size_t>(l)]);
+        for (int st = 0; st < 3; ++st)
+          s.host[s.conv_at + (l * 3 + st) * E + e] =
+              reinterpret_cast<std::uint64_t>(s.seq[e]->conv[static_cast<std::size_t>(l)] + st * P * (K - 1));
+      }
+    if (num_mla > 0)
+      for (std::int64_t e = 0; e < E; ++e) {
+        const auto& tab = s.seq[e]->mla_blocks[0];
+        for (std::size_t b = 0; b < tab.size(); ++b) s.host[s.seq_table_at[e] + b] = reinterpret_cast<std::uint64_t>(tab[b]);
+        s.host[s.entry_ctx_at + e] = static_cast<std::uint64_t>(s.pos0[e] + s.len[e]);
+        for (std::int64_t i = 0; i < s.len[e]; ++i) s.host[s.tok_pos_at + s.off[e] + i] = static_cast<std::uint64_t>(s.pos0[e] + i);
+      }
+  }
+  // Device addresses depend on the device buffer, which must exist before they are written.
+  const std::size_t words = s.host.size();
+  if (words > s.device_words) {
+    s.device = device_alloc(words * 8 * 2, "cudaMalloc(step staging)");
+    s.device_words = words * 2;
+  }
+  if (words > s.pinned_words) {
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); // the old buffer may still be in flight
+    s.pinned = pinned_alloc(words * 8 * 2, "cudaMallocHost(step staging)");
+    s.pinned_words = words * 2;
+  }
+  s.dev_base = static_cast<std::uint64_t*>(s.device.get());
+  if (num_mla > 0)
+    for (std::int64_t e = 0; e < E; ++e) {
+      const auto table = reinterpret_cast<std::uint64_t>(s.dev_base + s.seq_table_at[e]);
+      s.host[s.entry_table_at + e] = table;
+      for (std::int64_t i = 0; i < s.len[e]; ++i) s.host[s.tok_table_at + s.off[e] + i] = table;
+    }
+  // The pinned buffer is reused every step: the previous step's copy has completed because the
+  // executor synchronised on it before returning.
+  std::memcpy(s.pinned.get(), s.host.data(), words * 8);
+  check(cudaMemcpyAsync(s.device.get(), s.pinned.get(), words * 8, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(staging)");
+
+  // A sequence at position 0 starts from zero state (recycled slots need no clearing).
+  for (auto* seq : s.seq)
+    if (seq->pos == 0)
+      for (std::size_t l = 0; l < seq->kda.size(); ++l) {
+        check(cudaMemsetAsync(seq->kda[l], 0, seq->kda_state_floats() * 4, stream_), "cudaMemsetAsync(KDA state)");
+        check(cudaMemsetAsync(seq->conv[l], 0, seq->conv_state_floats() * 4, stream_), "cudaMemsetAsync(conv state)");
+      }
+
+  // Expert-count read-back buffer for this step.
+  if (c_.num_experts > 0) {
+    const std::size_t need = static_cast<std::size_t>(n * c_.top_k * c_.num_moe_layers()) * 4;
+    if (need > s.ids_host_bytes) {
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      s.ids_host = pinned_alloc(need * 2, "cudaMallocHost(router ids)");
+      s.ids_host_bytes = need * 2;
+    }
+    s.counted_n = n;
+  }
+
+  // ---- layers ---------------------------------------------------------------------------------
+  float* x = s.get(staging::x, n * Hd);
+  float* xn = s.get(staging::xn, n * Hd);
+  float* mix = s.get(staging::mix, n * Hd);
+  float* att = s.get(staging::att, n * Hd);
+  float* ffn = s.get(staging::ffn, n * Hd);
+  const int max_banks = c_.attn_res() ? (c_.num_layers + c_.attn_res_block - 1) / c_.attn_res_block : 0;
+  float* bank = c_.attn_res() ? s.get(staging::bank, max_banks * n * Hd) : nullptr;
+  check(cuda::embed_rows(w_->embed.w, static_cast<int>(Hd), s.dev<std::int32_t>(s.ids_at), static_cast<int>(n), x, stream_));
+  int nb = 0;
+  auto mix_into = [&](const float* current, const float* wq, float* dst) {
+    check(cuda::attnres_mix(bank, n * Hd, nb, current, wq, c_.rms_eps, nullptr, static_cast<int>(n), static_cast<int>(Hd), dst, stream_));
+  };
+  int kda_slot = 0, mla_slot = 0, moe_slot = 0;
+  for (int l = 0; l < c_.num_layers; ++l) {
+    const d_layer& L = w_->layers[static_cast<std::size_t>(l)];
+    const bool restart = c_.attn_res() && l % c_.attn_res_block == 0;
+    const float* a = x;
+    if (c_.attn_res() && nb > 0) {
+      mix_into(x, L.attn_res_w, mix);
+      a = mix;
+    }
+    if (restart) {
+      check(cudaMemcpyAsync(bank + nb * n * Hd, x, static_cast<std::size_t>(n * Hd) * 4, cudaMemcpyDeviceToDevice, stream_),
+            "cudaMemcpyAsync(bank)");
+      ++nb;
+    }
+    check(cuda::rms_norm(a, L.in_norm, c_.rms_eps, static_cast<int>(n), static_cast<int>(Hd), xn, stream_));
+    if (L.kda) kda_layer(L.kda_w, kda_slot++, xn, att);
+    else mla_layer(L.mla_w, mla_slot++, xn, att);
+    if (restart) std::swap(x, att);
+    else check(cuda::add_into(x, att, n * Hd, stream_));
+    const float* m = x;
+    if (c_.attn_res()) {
+      mix_into(x, L.mlp_res_w, mix);
+      m = mix;
+    }
+    check(cuda::rms_norm(m, L.post_norm, c_.rms_eps, static_cast<int>(n), static_cast<int>(Hd), xn, stream_));
+    if (L.moe) moe_layer(L.moe_w, moe_slot++, xn, ffn);
+    else mlp_layer(L.mlp, xn, n, ffn);
+    check(cuda::add_into(x, ffn, n * Hd, stream_));
+  }
+
+  // ---- head: the last row of every entry ------------------------------------------------------
+  float* h = s.get(staging::head, E * Hd);
+  const auto* rows = s.dev<std::int32_t>(s.rows_at);
+  if (c_.attn_res())
+    check(cuda::attnres_mix(bank, n * Hd, nb, x, w_->out_res_w, c_.rms_eps, rows, static_cast<int>(E), static_cast<int>(Hd), h, stream_));
+  else
+    check(cuda::gather_rows(x, static_cast<int>(Hd), rows, static_cast<int>(E), h, stream_));
+  check(cuda::rms_norm(h, w_->final_norm, c_.rms_eps, static_cast<int>(E), static_cast<int>(Hd), h, stream_));
+  logits_ = s.get(staging::logits, E * c_.vocab);
+  blas_->matmul(w_->head, h, Hd, E, logits_, c_.vocab);
+  for (std::int64_t e = 0; e < E; ++e) s.seq[e]->pos += s.len[e];
+}
+
+void cuda_model::kda_layer(const d_kda& w, int slot, const float* x, float* out) {
+  auto& s = *st_;
+  const std::int64_t n = s.n, Hd = c_.hidden, P = c_.kda_proj(), hd = c_.kda_head_dim, E = static_cast<std::int64_t>(s.off.size());
+  const int H = c_.kda_heads, K = c_.conv_kernel;
+  float* q = s.get(staging::q, n * P);
+  float* k = s.get(staging::k, n * P);
+  float* v = s.get(staging::v, n * P);
+  blas_->matmul(w.q, x, Hd, n, q, P);
+  blas_->matmul(w.k, x, Hd, n, k, P);
+  blas_->matmul(w.v, x, Hd, n, v, P);
+  auto conv_states = [&](int stream, std::int64_t e) { return s.dev<float*>(s.conv_at + (slot * 3 + stream) * E + e); };
+  auto kda_states = [&](std::int64_t e) { return s.dev<float*>(s.kda_at + slot * E + e); };
+
+  // Short conv per stream: one call per run of decode entries, one per prefill entry.
+  float* streams[3] = {q, k, v};
+  for (std::int64_t e = 0; e < E;) {
+    std::int64_t j = e;
+    if (s.len[e] == 1)
+      while (j < E && s.len[j] == 1) ++j;
+    else
+      j = e + 1;
+    const bool decode = s.len[e] == 1;
+    for (int st = 0; st < 3; ++st) {
+      float* xs = streams[st] + s.off[e] * P;
+      check(cuda::short_conv(xs, decode ? static_cast<int>(j - e) : 1, decode ? 1 : static_cast<int>(s.len[e]), static_cast<int>(P),
+                             w.conv + st * P * K, K, conv_states(st, e), xs, stream_));
+    }
+    e = j;
+  }
+  float* f = s.get(staging::f, n * hd);
+  float* graw = s.get(staging::graw, n * P);
+  float* g = s.get(staging::g, n * P);
+  blas_->matmul(w.f_a, x, Hd, n, f, hd);
+  blas_->matmul(w.f_b, f, hd, n, graw, P);
+  check(cuda::decay_gate(graw, static_cast<int>(n), H, static_cast<int>(hd), w.a_log, w.dt_bias,
+                         c_.bounded_gate ? cuda::gate_kind::lower_bound : cuda::gate_kind::softplus, c_.gate_lower_bound, g,
+                         stream_));
+  float* beta = s.get(staging::beta, n * H);
+  blas_->matmul(w.b, x, Hd, n, beta, H);
+  check(cuda::beta_sigmoid(beta, n * H, stream_));
+  check(cuda::prepare_qk(q, k, static_cast<int>(n), H, static_cast<int>(hd), stream_));
+
+  float* o = s.get(staging::o, n * P);
+  for (std::int64_t e = 0; e < E;) {
+    const std::int64_t r = s.off[e];
+    if (s.len[e] == 1) {
+      std::int64_t j = e;
+      while (j < E && s.len[j] == 1) ++j;
+      check(cuda::kda_recurrent_decode(q + r * P, k + r * P, v + r * P, g + r * P, beta + r * H, static_cast<int>(j - e), H,
+                                       static_cast<int>(hd), static_cast<int>(hd), kda_states(e), o + r * P, stream_));
+      e = j;
+    } else {
+      cuda::kda_prefill_args a;
+      a.q = q + r * P, a.k = k + r * P, a.v = v + r * P, a.g = g + r * P, a.beta = beta + r * H, a.o = o + r * P;
+      a.cu_seqlens = s.dev<long long>(s.cu_at + 2 * e);
+      a.states = reinterpret_cast<void* const*>(kda_states(e));
+      a.sequences = 1, a.heads = H, a.dk = static_cast<int>(hd), a.dv = static_cast<int>(hd);
+      check(cuda::kda_chunked_prefill(a, stream_));
+      ++e;
+    }
+  }
+  float* og = s.get(staging::og, n * P);
+  if (c_.full_rank_gate) {
+    blas_->matmul(w.g, x, Hd, n, og, P);
+  } else {
+    blas_->matmul(w.g_a, x, Hd, n, f, hd);
+    blas_->matmul(w.g_b, f, hd, n, og, P);
+  }
+  check(cuda::rms_norm_gated(o, og, w.o_norm, c_.rms_eps, static_cast<int>(n * H), static_cast<int>(hd), o, stream_));
+  blas_->matmul(w.o, o, P, n, out, Hd);
+}
+
+void cuda_model::mla_layer(const d_mla& w, int slot, const float* x, float* out) {
+  auto& s = *st_;
+  const std::int64_t n = s.n, Hd = c_.hidden, H = c_.mla_heads, qd = c_.qk_nope + c_.qk_rope, L = c_.kv_lora_rank;
+  const std::int64_t W = L + c_.qk_rope, V = c_.v_head_dim, E = static_cast<std::int64_t>(s.off.size());
+  constexpr float low_rank_eps = 1e-6f;
+  float* q = s.get(staging::q, n * H * qd);
+  if (c_.q_lora_rank > 0) {
+    float* qa = s.get(staging::qa, n * c_.q_lora_rank);
+    blas_->matmul(w.q_a, x, Hd, n, qa, c_.q_lora_rank);
+    check(cuda::rms_norm(qa, w.q_a_norm, low_rank_eps, static_cast<int>(n), c_.q_lora_rank, qa, stream_));
+    blas_->matmul(w.q_b, qa, c_.q_lora_rank, n, q, H * qd);
+  } else {
+    blas_->matmul(w.q, x, Hd, n, q, H * qd);
+  }
+  float* qn = s.get(staging::qn, n * H * c_.qk_nope);
+  float* qr = s.get(staging::qr, n * H * c_.qk_rope);
+  check(cuda::split_heads(q, n * H, c_.qk_nope, c_.qk_rope, qn, qr, stream_));
+  float* ckv = s.get(staging::ckv, n * W);
+  blas_->matmul(w.kv_a, x, Hd, n, ckv, W);
+  check(cuda::rms_norm_strided(ckv, W, w.kv_a_norm, low_rank_eps, static_cast<int>(n), static_cast<int>(L), ckv, W, stream_));
+  float* gate = nullptr;
+  if (c_.mla_output_gate) {
+    gate = s.get(staging::gate, n * H * V);
+    blas_->matmul(w.g, x, Hd, n, gate, H * V);
+  }
+  const std::int64_t lo = s.layer_offset * slot;
+  check(cuda::mla_cache_write(ckv, W, static_cast<int>(W), s.dev<const std::uint16_t* const*>(s.tok_table_at),
+                              s.dev<std::int64_t>(s.tok_pos_at), s.block_size, lo, static_cast<int>(n), stream_));
+  const cuda::mla_dims d{static_cast<int>(H), c_.qk_nope, c_.qk_rope, c_.kv_lora_rank, c_.v_head_dim};
+  float* o = s.get(staging::o, n * H * V);
+  for (std::int64_t e = 0; e < E;) {
+    const std::int64_t r = s.off[e];
+    const float* ge = gate ? gate + r * H * V : nullptr;
+    if (s.len[e] == 1) {
+      std::int64_t j = e;
+      while (j < E && s.len[j] == 1) ++j;
+      check(cuda::mla_decode(qn + r * H * c_.qk_nope, qr + r * H * c_.qk_rope, w.kv_b,
+                             s.dev<const std::uint16_t* const* const>(s.entry_table_at + e), s.dev<std::int64_t>(s.entry_ctx_at + e),
+                             s.block_size, lo, d, ge, static_cast<int>(j - e), o + r * H * V, stream_));
+      e = j;
+    } else {
+      check(cuda::mla_prefill(qn + r * H * c_.qk_nope, qr + r * H * c_.qk_rope, w.kv_b,
+                              s.dev<const std::uint16_t* const>(s.seq_table_at[static_cast<std::size_t>(e)]), s.block_size, lo,
+                              s.pos0[e], static_cast<int>(s.len[e]), d, ge, o + r * H * V, stream_));
+      ++e;
+    }
+  }
+  blas_->matmul(w.o, o, H * V, n, out, Hd);
+}
+
+void cuda_model::mlp_layer(const d_mlp& w, const float* x, std::int64_t n, float* out) {
+  auto& s = *st_;
+  const std::int64_t Hd = c_.hidden, I = w.gate.rows;
+  float* g = s.get(staging::g, n * I);
+  float* u = s.get(staging::up, n * I);
+  blas_->matmul(w.gate, x, Hd, n, g, I);
+  blas_->matmul(w.up, x, Hd, n, u, I);
+  const cuda::glu_params gp{c_.act == model::activation::situ, c_.situ_beta, c_.situ_linear_beta};
+  check(cuda::glu(g, u, n * I, gp, g, stream_));
+  blas_->matmul(w.down, g, I, n, out, Hd);
+}
+
+void cuda_model::moe_layer(const d_moe& w, int slot, const float* x, float* out) {
+  auto& s = *st_;
+  const std::int64_t n = s.n, Hd = c_.hidden, Ex = c_.num_experts, k = c_.top_k, X = c_.expert_width();
+  float* logits = s.get(staging::router, n * Ex);
+  blas_->matmul(w.gate, x, Hd, n, logits, Ex);
+  auto* ids = reinterpret_cast<std::int32_t*>(s.get(staging::ids, n * k));
+  float* wts = s.get(staging::wts, n * k);
+  const cuda::route_params rp{c_.num_experts, c_.top_k, c_.renormalize, c_.routed_scaling};
+  check(cuda::route(logits, static_cast<int>(n), w.bias, rp, ids, wts, stream_));
+  check(cudaMemcpyAsync(static_cast<std::int32_t*>(s.ids_host.get()) + slot * n * k, ids, static_cast<std::size_t>(n * k) * 4,
+                        cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync(router ids)");
+  const float* src = x;
+  if (c_.routed_hidden > 0) {
+    float* lat = s.get(staging::lat, n * X);
+    blas_->matmul(w.latent_down, x, Hd, n, lat, X);
+    src = lat;
+  }
+  if (!s.moe_ws_own || s.moe_ws_own->max_tokens < n) {
+    s.moe_ws_own = std::make_unique<cuda::moe_workspace>(static_cast<int>(std::max<std::int64_t>(n, 16)), c_.top_k, c_.num_experts,
+                                                         c_.moe_inter, static_cast<int>(X));
+  }
+  auto& mws = *s.moe_ws_own;
+  mws.bind(s.get(staging::moe, static_cast<std::int64_t>((mws.bytes() + 3) / 4)));
+  float* y = s.get(staging::y, n * X);
+  cuda::moe_activation act;
+  act.situ = c_.act == model::activation::situ;
+  act.beta = c_.situ_beta;
+  act.linear_beta = c_.situ_linear_beta;
+  act.round_expert_outputs_bf16 = round_expert_outputs_;
+  check(cuda::moe_routed_experts(src, ids, wts, static_cast<int>(n), w.experts, act, mws, y, stream_));
+  if (c_.routed_hidden > 0) {
+    if (c_.latent_norm) check(cuda::rms_norm(y, w.latent_norm, c_.rms_eps, static_cast<int>(n), static_cast<int>(X), y, stream_));
+    blas_->matmul(w.latent_up, y, X, n, out, Hd);
+  } else {
+    check(cudaMemcpyAsync(out, y, static_cast<std::size_t>(n * Hd) * 4, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync(moe out)");
+  }
+  if (!w.shared.empty()) {
+    float* sh = s.get(staging::sh, n * Hd);
+    // The shared MLP reuses the g/up scratch; mlp_layer's GLU runs in place there.
+    mlp_layer(w.shared, x, n, sh);
+    check(cuda::add_into(out, sh, n * Hd, stream_));
+  }
+}
+
+} // namespace k3::gpu

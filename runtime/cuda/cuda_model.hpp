@@ -1,0 +1,88 @@
+#pragma once
+// The Kimi K3 / Kimi Linear forward pass on one CUDA device: the device twin of model::step
+// (runtime/model/model.hpp), layer for layer, on one CUDA stream.
+//
+//   weights      uploaded once from a loaded model::model (device_weights.hpp)
+//   states       the sequence_states of a batch hold DEVICE pointers: KDA recurrent and conv
+//                state slots and MLA cache blocks come from a kv_manager whose pools were
+//                allocated on this device (kv_config::allocate = pool_allocator())
+//   per step     one pinned staging buffer (token ids, head rows, state-pointer arrays, block
+//                tables, positions) goes up in a single async copy; then only kernel launches
+//                and cuBLAS calls on the stream — no host synchronisation inside the step (the
+//                executor synchronises once, to read the sampled tokens)
+//
+// Numerics against the CPU model (what the [gpu] tests allow for): dense GEMMs take bf16
+// activations (cuBLAS, fp32 sums); the router is fp32; the KDA scan, norms, gates and MLA
+// softmax are fp32; the routed experts use the W4A16 tensor-core path for large batches. Logits
+// agree with the CPU forward to ~1e-2 relative, greedy tokens almost always.
+//
+// Kernel choice per batch entry as on the CPU: consecutive single-token entries share one
+// batched recurrent KDA call and one MLA decode call; longer entries run the chunked KDA
+// prefill and the tiled MLA prefill on their own. Only the last row of each entry gets logits.
+//
+// Not thread-safe: one thread (the GPU-stream actor's) calls step().
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/cuda/blas.hpp"
+#include "runtime/cuda/device_weights.hpp"
+#include "runtime/model/model.hpp"
+
+namespace k3::gpu {
+
+struct cuda_model_options {
+  int device = 0;
+  int progress = -1; ///< weights upload bar: 1 always, 0 never, -1 on a tty
+};
+
+class cuda_model {
+public:
+  /// Uploads the weights of `m` (which must outlive this object only for its config) to the
+  /// device. Throws cuda_error, or std::invalid_argument for what the kernels do not support.
+  cuda_model(const model::model& m, const cuda_model_options& o);
+  ~cuda_model();
+  cuda_model(const cuda_model&) = delete;
+  cuda_model& operator=(const cuda_model&) = delete;
+
+  [[nodiscard]] const model::model_config& config() const noexcept { return c_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] std::int64_t weight_bytes() const noexcept { return w_->bytes; }
+
+  /// Enqueues one batch; afterwards logits() holds [entries, vocab] (each entry's last token)
+  /// once the stream reaches that point. Advances every entry's pos. Validates like
+  /// model::step (std::invalid_argument / std::length_error, states untouched).
+  void step(std::span<const model::batch_entry> batch);
+  [[nodiscard]] const float* logits() const noexcept { return logits_; }
+  /// Token rows routed to each expert, summed over MoE layers, up to the last synchronised step
+  /// (call after the stream has finished the step: the executor does).
+  void collect_expert_counts();
+  [[nodiscard]] const std::vector<std::int64_t>& expert_tokens() const noexcept { return expert_totals_; }
+
+  /// Device memory for kv_config::allocate (pools on this device).
+  [[nodiscard]] std::function<std::shared_ptr<void>(std::size_t)> pool_allocator() const;
+
+private:
+  struct staging;
+  void kda_layer(const d_kda& w, int slot, const float* x, float* out);
+  void mla_layer(const d_mla& w, int slot, const float* x, float* out);
+  void mlp_layer(const d_mlp& w, const float* x, std::int64_t n, float* out);
+  void moe_layer(const d_moe& w, int slot, const float* x, float* out);
+
+  model::model_config c_;
+  bool round_expert_outputs_ = true;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<device_weights> w_;
+  std::unique_ptr<blas> blas_;
+  std::unique_ptr<staging> st_;
+  float* logits_ = nullptr;
+  std::vector<std::int64_t> expert_totals_;
+};
+
+} // namespace k3::gpu
