@@ -9,6 +9,9 @@ blas::blas(cudaStream_t stream) : stream_(stream) {
   check(cublasSetStream(h_, stream), "cublasSetStream");
   // Deterministic results: no split-K reductions with atomics.
   check(cublasSetAtomicsMode(h_, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+  // A workspace of our own: cuBLAS then never allocates inside a step (CUDA-graph capture).
+  workspace_ = device_alloc(32u << 20, "cudaMalloc(cuBLAS workspace)");
+  check(cublasSetWorkspace(h_, workspace_.get(), 32u << 20), "cublasSetWorkspace");
 }
 
 blas::~blas() {

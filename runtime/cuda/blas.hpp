@@ -40,6 +40,7 @@ private:
   cublasHandle_t h_ = nullptr;
   cudaStream_t stream_;
   device_scratch xb_; // bf16 copy of x
+  std::shared_ptr<void> workspace_;
 };
 
 } // namespace k3::gpu

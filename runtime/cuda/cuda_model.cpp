@@ -33,6 +33,7 @@ struct cuda_model::staging {
   std::shared_ptr<void> pinned, device;
   std::size_t pinned_words = 0, device_words = 0;
   std::uint64_t* dev_base = nullptr;
+  cudaEvent_t copied = nullptr; // the last staging upload has left the pinned buffer
   std::size_t take(std::size_t words) {
     const std::size_t at = host.size();
     host.resize(at + words, 0);
@@ -116,12 +117,15 @@ cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
   w_ = device_weights::upload(m, o.progress);
   blas_ = std::make_unique<blas>(stream_);
   st_ = std::make_unique<staging>();
+  check(cudaEventCreateWithFlags(&st_->copied, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventRecord(st_->copied, stream_), "cudaEventRecord");
   expert_totals_.assign(static_cast<std::size_t>(c_.num_experts), 0);
 }
 
 cuda_model::~cuda_model() {
   if (stream_) {
     cudaStreamSynchronize(stream_);
+    if (st_ && st_->copied) cudaEventDestroy(st_->copied);
     st_.reset();
     blas_.reset();
     w_.reset();
@@ -149,6 +153,11 @@ void cuda_model::collect_expert_counts() {
 void cuda_model::step(std::span<const model::batch_entry> batch) {
   validate(c_, batch);
   auto& s = *st_;
+  // Under CUDA-graph capture (relaxed mode) the host-side waits are skipped: the caller warmed
+  // the same batch shape up eagerly, so no buffer grows and no earlier upload is pending.
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream_, &cap), "cudaStreamIsCapturing");
+  const bool capturing = cap != cudaStreamCaptureStatusNone;
   const std::int64_t Hd = c_.hidden;
   s.off.clear(), s.len.clear(), s.pos0.clear(), s.seq.clear();
   s.n = 0;
@@ -222,6 +231,8 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
   }
   // Device addresses depend on the device buffer, which must exist before they are written.
   const std::size_t words = s.host.size();
+  if (capturing && (words > s.device_words || words > s.pinned_words))
+    throw std::invalid_argument("cuda_model::step under graph capture needs an eager warm-up step of the same batch shape");
   if (words > s.device_words) {
     s.device = device_alloc(words * 8 * 2, "cudaMalloc(step staging)");
     s.device_words = words * 2;
@@ -238,10 +249,12 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
       s.host[s.entry_table_at + e] = table;
       for (std::int64_t i = 0; i < s.len[e]; ++i) s.host[s.tok_table_at + s.off[e] + i] = table;
     }
-  // The pinned buffer is reused every step: the previous step's copy has completed because the
-  // executor synchronised on it before returning.
+  // The pinned buffer is reused every step: wait until the previous upload has read it (free
+  // when the executor synchronised after that step; steps enqueued back to back wait here).
+  if (!capturing) check(cudaEventSynchronize(s.copied), "cudaEventSynchronize(staging)");
   std::memcpy(s.pinned.get(), s.host.data(), words * 8);
   check(cudaMemcpyAsync(s.device.get(), s.pinned.get(), words * 8, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(staging)");
+  if (!capturing) check(cudaEventRecord(s.copied, stream_), "cudaEventRecord(staging)");
 
   // A sequence at position 0 starts from zero state (recycled slots need no clearing).
   for (auto* seq : s.seq)
@@ -251,7 +264,12 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
         check(cudaMemsetAsync(seq->conv[l], 0, seq->conv_state_floats() * 4, stream_), "cudaMemsetAsync(conv state)");
       }
 
-  // Expert-count read-back buffer for this step.
+  // Expert-count read-back buffer for this step (a previous step's ids not yet counted are
+  // counted first, so enqueuing steps back to back loses none).
+  if (c_.num_experts > 0 && s.counted_n > 0 && !capturing) {
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    collect_expert_counts();
+  }
   if (c_.num_experts > 0) {
     const std::size_t need = static_cast<std::size_t>(n * c_.top_k * c_.num_moe_layers()) * 4;
     if (need > s.ids_host_bytes) {

@@ -57,6 +57,10 @@ public:
   /// Enqueues one batch; afterwards logits() holds [entries, vocab] (each entry's last token)
   /// once the stream reaches that point. Advances every entry's pos. Validates like
   /// model::step (std::invalid_argument / std::length_error, states untouched).
+  /// CUDA graphs: step() may run while stream() is being captured (cudaStreamCaptureModeRelaxed)
+  /// after an eager step of the same batch shape sized the buffers; the graph then replays the
+  /// whole step (staging upload included, read from the pinned buffer at launch time). pos is
+  /// advanced at capture time only; replays leave it to the caller.
   void step(std::span<const model::batch_entry> batch);
   [[nodiscard]] const float* logits() const noexcept { return logits_; }
   /// Token rows routed to each expert, summed over MoE layers, up to the last synchronised step
