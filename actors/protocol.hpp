@@ -82,6 +82,16 @@ typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
 
 using plan_ptr = std::shared_ptr<engine::batch_plan>;
 
+/// An NCCL communicator's unique id (ncclUniqueId, 128 opaque bytes), passed from the rank
+/// that created it to every rank's comm actor (actors/comm_actor.hpp).
+struct nccl_id {
+  std::vector<std::uint8_t> bytes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, nccl_id& x) {
+  return f(caf::meta::type_name("nccl_id"), x.bytes);
+}
+
 } // namespace k3::actors
 
 namespace k3::sampling {
@@ -125,12 +135,17 @@ CAF_ADD_TYPE_ID(k3serve, (k3::actors::expert_job))
 CAF_ADD_TYPE_ID(k3serve, (k3::actors::expert_reply))
 CAF_ADD_TYPE_ID(k3serve, (k3::actors::shard_stats))
 CAF_ADD_TYPE_ID(k3serve, (k3::actors::plan_ptr))
+CAF_ADD_TYPE_ID(k3serve, (k3::actors::nccl_id))
 CAF_ADD_ATOM(k3serve, k3::actors, submit_atom, "k3submit")
 CAF_ADD_ATOM(k3serve, k3::actors, cancel_atom, "k3cancel")
 CAF_ADD_ATOM(k3serve, k3::actors, stats_atom, "k3stats")
 CAF_ADD_ATOM(k3serve, k3::actors, step_atom, "k3step")
 CAF_ADD_ATOM(k3serve, k3::actors, token_atom, "k3token")
 CAF_ADD_ATOM(k3serve, k3::actors, experts_atom, "k3experts")
+CAF_ADD_ATOM(k3serve, k3::actors, comm_id_atom, "k3commid")
+CAF_ADD_ATOM(k3serve, k3::actors, comm_init_atom, "k3comminit")
+CAF_ADD_ATOM(k3serve, k3::actors, all_reduce_atom, "k3allred")
+CAF_ADD_ATOM(k3serve, k3::actors, all_to_all_atom, "k3a2a")
 CAF_END_TYPE_ID_BLOCK(k3serve)
 
 namespace k3::actors {
@@ -145,6 +160,20 @@ using scheduler_actor =
 
 using shard_actor = caf::typed_actor<caf::replies_to<experts_atom, expert_job>::with<expert_reply>,
                                      caf::replies_to<stats_atom>::with<shard_stats>>;
+
+/// One GPU rank of an NCCL communicator (CUDA builds with NCCL): creates the unique id on
+/// request, joins the communicator with an id received as a message (blocking until every rank
+/// has joined, hence a detached actor), and runs collectives on its own CUDA stream. Errors
+/// come back as the string reply (init) or as a CAF error (collectives), never a crash.
+///   comm_id()                           -> nccl_id
+///   comm_init(id, nranks, rank)         -> "" or the NCCL error
+///   all_reduce(values)                  -> elementwise sum over ranks (tensor parallelism)
+///   all_to_all(rows, rows per peer, w)  -> rows received from every peer, by peer (expert
+///                                          dispatch / combine; counts exchanged first)
+using comm_actor = caf::typed_actor<caf::replies_to<comm_id_atom>::with<nccl_id>,
+                                    caf::replies_to<comm_init_atom, nccl_id, std::int32_t, std::int32_t>::with<std::string>,
+                                    caf::replies_to<all_reduce_atom, std::vector<float>>::with<std::vector<float>>,
+                                    caf::replies_to<all_to_all_atom, std::vector<float>, std::vector<std::int64_t>, std::int64_t>::with<std::vector<float>>>;
 
 /// Registers every k3serve message type (call on the config before creating the system; both
 /// ends of a remote connection need it).
