@@ -57,7 +57,7 @@ void usage(FILE* out) {
              "                --heads N --experts N --top-k N --moe-inter N --latent N --vocab N --seed S ...]\n"
              "  run           --model DIR (--prompt TEXT | --chat TEXT) [--max-tokens N --temperature T\n"
              "                --top-p P --top-k K --seed S --quantization mxfp4 --ignore-eos]\n"
-             "                [--expert-parallel-size N --num-redundant-experts R | --remote-shards H:P,...]\n"
+             "                [--expert-parallel-size N --num-redundant-experts R | --remote-shards H:P,... | --device cuda[:N]]\n"
              "                | --model DIR --tokens 1,2,3 --dump-logits FILE\n"
              "  shard         --model DIR --experts A-B [--listen PORT] [--host ADDR]\n"
              "  sim           --plan A|B|C|FILE|\"k3 serve ...\" [--workload poisson:R|closed:N|trace:CSV]\n"

@@ -6,7 +6,8 @@
 //          [--quantization mxfp4] [--prefill-chunk N] [--ignore-eos] [--print-ids]
 //   k3 run --model DIR --tokens 1,2,3 --dump-logits FILE     raw fp32 [T, vocab] little-endian
 //   engine mode (through the actors): add --expert-parallel-size N [--num-redundant-experts R]
-//          or --remote-shards host:port,… (shards started with `k3 shard`)
+//          or --remote-shards host:port,… (shards started with `k3 shard`), or --device cuda[:N]
+//          (the model on that GPU through the CUDA executor; experts must be MXFP4)
 //
 // --prompt encodes TEXT as plain text (no special tokens); --chat renders one user turn with
 // the model's chat format (K3 XTML, or the K2 envelope for Kimi Linear) and the generation
@@ -49,7 +50,7 @@ std::vector<std::int32_t> parse_ids(const std::string& s) {
 } // namespace
 
 int run_main(const std::vector<std::string_view>& argv) {
-  std::string dir, prompt, chat, system, dump, tokens;
+  std::string dir, prompt, chat, system, dump, tokens, device = "cpu";
   bool thinking = true, print_ids = false;
   int ep = 0, redundant = 0;
   std::vector<std::string> remote;
@@ -81,6 +82,7 @@ int run_main(const std::vector<std::string_view>& argv) {
       while (std::getline(ss, item, ',')) remote.push_back(item);
     }
     else if (f == "--tokens") tokens = a.value(f);
+    else if (f == "--device") device = a.value(f);
     else if (f == "--quantization") {
       const auto q = a.value(f);
       if (q != "mxfp4") throw std::invalid_argument("--quantization supports only mxfp4, got '" + q + "'");
@@ -92,7 +94,7 @@ int run_main(const std::vector<std::string_view>& argv) {
   if (dump.empty() && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
   if (auto err = sampling::validate(g.sampling)) throw std::invalid_argument(*err);
 
-  if (ep > 0 || !remote.empty()) { // engine mode: the same request through the actor engine
+  if (ep > 0 || !remote.empty() || device != "cpu") { // engine mode: the same request through the actor engine
     if (!dump.empty()) throw std::invalid_argument("--dump-logits runs offline; drop the shard flags");
     caf::actor_system_config cfg;
     llm_engine::add_types(cfg);
@@ -104,6 +106,8 @@ int run_main(const std::vector<std::string_view>& argv) {
     eo.num_redundant_experts = redundant;
     eo.remote_shards = remote;
     eo.kv_memory_bytes = 256ll << 20;
+    eo.kv_memory_bytes_explicit = true;
+    eo.device = device;
     auto eng = llm_engine::start(sys, eo);
     std::fprintf(stderr, "k3 run: engine mode, %s\n", eng->sizing_note().c_str());
     generation_params gp;
