@@ -52,6 +52,7 @@ __global__ void gate_up_kernel(const float* __restrict__ x, int width, const std
   int begin = 0, end = 0;
   if (!segment(starts, nseg, n, seg, begin, end)) return;
   const int e = keys[begin];
+  if (e >= w.experts) return; // another rank's experts (expert parallelism)
   const int nb = width / 32;
   const std::uint8_t* p1 = w.w1_packed[e] + static_cast<long long>(row) * (width / 2);
   const std::uint8_t* s1 = w.w1_scales[e] + static_cast<long long>(row) * nb;
@@ -97,6 +98,7 @@ __global__ void down_kernel(const float* __restrict__ h, const float* __restrict
   int begin = 0, end = 0;
   if (!segment(starts, nseg, n, seg, begin, end)) return;
   const int e = keys[begin];
+  if (e >= w.experts) return; // another rank's experts (expert parallelism)
   const int nb = w.inter / 32;
   const std::uint8_t* p2 = w.w2_packed[e] + static_cast<long long>(col) * (w.inter / 2);
   const std::uint8_t* s2 = w.w2_scales[e] + static_cast<long long>(col) * nb;
@@ -129,12 +131,14 @@ __global__ void down_kernel(const float* __restrict__ h, const float* __restrict
 }
 
 // y[t, c] = Σ_s out[t·k + s, c], slots in order.
-__global__ void combine_kernel(const float* __restrict__ out, int tokens, int top_k, int width, float* __restrict__ y) {
+__global__ void combine_kernel(const float* __restrict__ out, const std::int32_t* __restrict__ ids, int experts, int tokens,
+                               int top_k, int width, float* __restrict__ y) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<long long>(tokens) * width) return;
   const long long t = i / width, c = i % width;
   float s = 0.f;
-  for (int k = 0; k < top_k; ++k) s += out[(t * top_k + k) * width + c];
+  for (int k = 0; k < top_k; ++k)
+    if (ids[t * top_k + k] < experts) s += out[(t * top_k + k) * width + c]; // skipped slots were never written
   y[i] = s;
 }
 
@@ -145,7 +149,7 @@ std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
 moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inter_, int width_)
     : max_tokens(max_tokens_), top_k(top_k_), experts(experts_), inter(inter_), width(width_) {
   const std::size_t n = static_cast<std::size_t>(max_tokens) * top_k;
-  while ((1 << key_bits) < experts) ++key_bits;
+  while ((1 << key_bits) < experts + 1) ++key_bits; // id == experts: another rank's expert
   std::size_t sort_bytes = 0, select_bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr),
                                   static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), static_cast<int>(n), 0,
@@ -166,7 +170,7 @@ moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inte
   off_flags = take(n * 4);
   off_starts = take(n * 4);
   off_nseg = take(4);
-  off_tiles = take((static_cast<std::size_t>(experts) + 1) * 4);
+  off_tiles = take((static_cast<std::size_t>(experts) + 2) * 4);
   off_h = take(n * static_cast<std::size_t>(inter) * 4);
   off_out = take(n * static_cast<std::size_t>(width) * 4);
   off_cub = take(cub_bytes);
@@ -206,7 +210,7 @@ status moe_routed_experts(const float* x, const std::int32_t* ids, const float* 
   tmp = ws.cub_bytes;
   K3_CUDA_TRY(cub::DeviceSelect::Flagged(cub_tmp, tmp, thrust::counting_iterator<std::int32_t>(0), flags, starts, nseg, n, stream));
 
-  const long long max_seg = std::min(n, w.experts);
+  const long long max_seg = std::min(n, w.experts + 1); // + the skipped segment of other ranks' experts
   if (path == moe_path::automatic) path = n >= 8 * max_seg ? moe_path::mma : moe_path::gemv;
   if (path == moe_path::mma) {
     const detail::moe_routing r{keys, pairs, starts, nseg, n, ws.top_k};
@@ -224,7 +228,7 @@ status moe_routed_experts(const float* x, const std::int32_t* ids, const float* 
     K3_CUDA_TRY(cudaGetLastError());
   }
   const long long cells = static_cast<long long>(tokens) * w.width;
-  combine_kernel<<<static_cast<unsigned>((cells + threads - 1) / threads), threads, 0, stream>>>(out, tokens, ws.top_k, w.width, y);
+  combine_kernel<<<static_cast<unsigned>((cells + threads - 1) / threads), threads, 0, stream>>>(out, ids, w.experts, tokens, ws.top_k, w.width, y);
   K3_CUDA_TRY(cudaGetLastError());
   return {};
 }

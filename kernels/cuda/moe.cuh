@@ -23,7 +23,10 @@
 // Layouts: x [T, width] fp32; ids/weights [T, k]; expert e's matrices are MXFP4 in the
 // compressed-tensors layout (W1, W3: [inter, width]; W2: [width, inter]), reached through
 // device arrays of per-expert pointers (weights stay where the loader put them). y [T, width].
-// REQUIRES: width % 32 == 0, inter % 32 == 0, 16-byte aligned packed rows, ids in [0, experts).
+// REQUIRES: width % 32 == 0, inter % 32 == 0, 16-byte aligned packed rows, ids in [0, experts].
+// Expert parallelism: an id equal to `experts` marks a slot whose expert lives on another rank;
+// it is sorted into a segment the kernels skip and contributes nothing to y (the ranks' partial
+// sums are then all-reduced).
 
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +48,7 @@ struct moe_weights {
 };
 
 /// Which GEMM form runs steps 2–3. automatic picks mma when the batch averages ≥ 8 rows per
-/// active expert (tokens·k / min(tokens·k, experts)), where re-reading a weight row per
+/// active expert (tokens·k / min(tokens·k, experts + 1)), where re-reading a weight row per
 /// 8-token pass of the decode kernels stops being free.
 enum class moe_path { automatic, gemv, mma };
 

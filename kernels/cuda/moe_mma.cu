@@ -22,7 +22,8 @@ using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::r
 using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>;
 using frag_c = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-// tiles[s] = Σ_{s' < s} ceil(rows(s') / TM) for the device-side segment count; tiles[experts] = total.
+// tiles[s] = Σ_{s' < s} ceil(rows(s') / TM) for the device-side segment count (≤ experts + 1, the
+// last possibly the skipped segment of other ranks' experts); tiles[experts + 1] = total.
 __global__ void tile_map_kernel(const std::int32_t* __restrict__ starts, const std::int32_t* __restrict__ nseg, int n,
                                 int experts, std::int32_t* __restrict__ tiles) {
   using scan = cub::BlockScan<int, kScanThreads>;
@@ -45,7 +46,7 @@ __global__ void tile_map_kernel(const std::int32_t* __restrict__ starts, const s
     if (threadIdx.x == 0) carry += total;
     __syncthreads();
   }
-  if (threadIdx.x == 0) tiles[experts] = carry;
+  if (threadIdx.x == 0) tiles[experts + 1] = carry;
 }
 
 struct tile_info {
@@ -54,7 +55,7 @@ struct tile_info {
 
 // Thread 0 locates the tile's segment (binary search over the tile map); false past the end.
 __device__ bool locate_tile(const moe_routing& r, const std::int32_t* tiles, int experts, int tile, tile_info& out) {
-  if (tile >= tiles[experts]) return false;
+  if (tile >= tiles[experts + 1]) return false;
   const int count = *r.nseg;
   int lo = 0, hi = count - 1; // largest s with tiles[s] <= tile
   while (lo < hi) {
@@ -101,6 +102,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_mma_kernel(const float* __re
   __syncthreads();
   if (!s_valid) return;
   const tile_info t = s_tile;
+  if (t.expert >= w.experts) return; // another rank's experts (expert parallelism)
   for (int i = tid; i < TM; i += kThreads) s_pair[i] = t.m0 + i < t.m1 ? r.pairs[t.m0 + i] : -1;
   __syncthreads();
   const int warp = tid / 32, wm = warp / 2, wn = warp % 2;
@@ -192,6 +194,7 @@ __global__ void __launch_bounds__(kThreads) down_mma_kernel(const __nv_bfloat16*
   __syncthreads();
   if (!s_valid) return;
   const tile_info t = s_tile;
+  if (t.expert >= w.experts) return; // another rank's experts (expert parallelism)
   for (int i = tid; i < TM; i += kThreads) s_pair[i] = t.m0 + i < t.m1 ? r.pairs[t.m0 + i] : -1;
   __syncthreads();
   const int warp = tid / 32, wm = warp / 2, wn = warp % 2;

@@ -47,10 +47,10 @@ struct moe_routing {
 
 /// Upper bound on the number of 64-row tiles (host side, for the grid).
 [[nodiscard]] inline int moe_max_tiles(int n, int experts) {
-  return (n + moe_tile_rows - 1) / moe_tile_rows + (n < experts ? n : experts);
+  return (n + moe_tile_rows - 1) / moe_tile_rows + (n < experts + 1 ? n : experts + 1);
 }
 
-/// tiles: device [experts + 1] (tiles[experts] receives the total).
+/// tiles: device [experts + 2] (tiles[experts + 1] receives the total).
 status moe_mma_gate_up(const float* x, int width, const moe_routing& r, const moe_weights& w, const moe_activation& act,
                        std::int32_t* tiles, __nv_bfloat16* h, cudaStream_t stream);
 status moe_mma_down(const __nv_bfloat16* h, const float* weights, const moe_routing& r, const moe_weights& w,

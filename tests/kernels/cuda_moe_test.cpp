@@ -59,11 +59,13 @@ TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
   struct shape {
     int experts, top_k, inter, width, tokens;
     bool situ, round;
+    int other_rank_every = 0; ///< every N-th slot's expert lives on another rank (id = experts)
   };
   for (const auto& s : {shape{8, 2, 64, 96, 1, true, false}, shape{32, 4, 128, 64, 17, true, true},
                         shape{4, 2, 96, 128, 40, false, false}, shape{64, 16, 64, 64, 3, true, false},
                         shape{8, 2, 96, 128, 300, true, false}, shape{16, 4, 64, 96, 257, false, true},
-                        shape{3, 3, 160, 224, 129, true, true}}) {
+                        shape{3, 3, 160, 224, 129, true, true}, shape{8, 2, 64, 96, 5, true, false, 3},
+                        shape{16, 4, 64, 96, 200, false, true, 2}}) {
     for (const auto path : {k3::cuda::moe_path::gemv, k3::cuda::moe_path::mma}) {
       const bool mma = path == k3::cuda::moe_path::mma;
       INFO("path " << (mma ? "mma" : "gemv"));
@@ -88,6 +90,8 @@ TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
           std::swap(pool[static_cast<std::size_t>(j)], pool[static_cast<std::size_t>(pick)]);
           ids[std::size_t(t) * s.top_k + j] = pool[static_cast<std::size_t>(j)];
           wts[std::size_t(t) * s.top_k + j] = 0.1f + 0.9f * static_cast<float>(r.below(1000)) / 1000.0f;
+          if (s.other_rank_every > 0 && (t * s.top_k + j) % s.other_rank_every == 0)
+            ids[std::size_t(t) * s.top_k + j] = s.experts; // skipped: another rank computes it
         }
       }
       // fp64 reference (bf16 MMA inputs emulated for the mma path)
@@ -99,6 +103,7 @@ TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
       for (int t = 0; t < s.tokens; ++t)
         for (int j = 0; j < s.top_k; ++j) {
           const int e = ids[std::size_t(t) * s.top_k + j];
+          if (e == s.experts) continue;
           const float* xt = xin.data() + std::size_t(t) * s.width;
           const auto g = k3::mxfp4::gemm_ref(xt, s.width, 1, w1[e].view());
           const auto u = k3::mxfp4::gemm_ref(xt, s.width, 1, w3[e].view());
@@ -161,7 +166,7 @@ TEST_CASE("cuda moe routed experts match the fp64 reference", "[gpu][moe]") {
       CHECK(std::memcmp(y.data(), y2.data(), y.size() * 4) == 0);
       // automatic picks one of the two: its output is bit-identical to that
       // path's.
-      const bool auto_mma = s.tokens * s.top_k >= 8 * std::min(s.tokens * s.top_k, s.experts);
+      const bool auto_mma = s.tokens * s.top_k >= 8 * std::min(s.tokens * s.top_k, s.experts + 1);
       if (auto_mma == mma) {
         REQUIRE(k3::cuda::moe_routed_experts(dx, dids, dw, s.tokens, w, act, ws, dy, nullptr).ok);
         const auto y3 = k3::test::to_host(dy, ref.size());
