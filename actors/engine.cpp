@@ -16,6 +16,9 @@
 #if K3_HAVE_GPU_RUNTIME
 #include "runtime/cuda/cuda_executor.hpp"
 #endif
+#if K3_HAVE_NCCL
+#include "actors/tp_group.hpp"
+#endif
 
 namespace k3 {
 
@@ -104,20 +107,32 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   std::int64_t kv_bytes = o.kv_memory_bytes;
   const bool on_cuda = o.device.rfind("cuda", 0) == 0;
   if (o.device != "cpu" && !on_cuda) throw std::invalid_argument("--device " + o.device + " is not supported (cpu, cuda, cuda:N)");
+  if (o.tensor_parallel_size > 1 && !on_cuda) throw std::invalid_argument("--tensor-parallel-size > 1 needs --device cuda");
   if (on_cuda) {
 #if K3_HAVE_GPU_RUNTIME
     if (o.executor || o.null_executor || p->dispatcher)
       throw std::invalid_argument("--device cuda runs the whole model on the GPU: it excludes --null-executor and expert-shard actors");
     const int dev = o.device.size() > 5 && o.device[4] == ':' ? std::stoi(o.device.substr(5)) : 0;
-    gpu::cuda_model_options go;
-    go.device = dev;
-    auto cx = std::make_shared<gpu::cuda_executor>(*p->m, go);
-    pool_alloc = cx->pool_allocator();
     // Activation reserve: the step's scratch at max_num_batched_tokens (≈ 64 floats of hidden
     // per token per buffer, generous) plus 1 GiB for cuBLAS/CUB workspaces.
     const std::int64_t reserve = (1ll << 30) + static_cast<std::int64_t>(o.max_num_batched_tokens) * c.hidden * 4 * 64;
-    if (!o.kv_memory_bytes_explicit) kv_bytes = cx->kv_budget(o.gpu_memory_utilization, reserve);
-    p->exec = cx;
+    if (o.tensor_parallel_size > 1) {
+#if K3_HAVE_NCCL
+      auto tx = std::make_shared<actors::tp_executor>(sys, p->m, o.tensor_parallel_size, dev);
+      pool_alloc = tx->pool_allocator();
+      if (!o.kv_memory_bytes_explicit) kv_bytes = tx->kv_budget(o.gpu_memory_utilization, reserve);
+      p->exec = tx;
+#else
+      throw std::invalid_argument("--tensor-parallel-size > 1 needs NCCL, which this build does not have");
+#endif
+    } else {
+      gpu::cuda_model_options go;
+      go.device = dev;
+      auto cx = std::make_shared<gpu::cuda_executor>(*p->m, go);
+      pool_alloc = cx->pool_allocator();
+      if (!o.kv_memory_bytes_explicit) kv_bytes = cx->kv_budget(o.gpu_memory_utilization, reserve);
+      p->exec = cx;
+    }
 #else
     throw std::invalid_argument("--device " + o.device + ": this build has no CUDA backend (configured with K3_CUDA=OFF or without nvcc)");
 #endif
@@ -160,7 +175,15 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
     sc.add_stats = [gx](actors::engine_stats& s) { s.expert_tokens = gx->expert_tokens(); };
   }
 #endif
-  p->sched = actors::spawn_scheduler(sys, c, std::move(sc), &p->note);
+#if K3_HAVE_NCCL
+  else if (auto tx = std::dynamic_pointer_cast<actors::tp_executor>(p->exec)) {
+    sc.add_stats = [tx](actors::engine_stats& s) { s.expert_tokens = tx->expert_tokens(); };
+  }
+#endif
+  // The KV slots hold one rank's KDA state: heads / tp per GPU under tensor parallelism.
+  model::model_config kc = c;
+  if (on_cuda && o.tensor_parallel_size > 1) kc.kda_heads /= o.tensor_parallel_size;
+  p->sched = actors::spawn_scheduler(sys, kc, std::move(sc), &p->note);
   return std::unique_ptr<llm_engine>(new llm_engine(std::move(p)));
 }
 

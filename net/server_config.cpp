@@ -167,10 +167,6 @@ std::string server_config::validate() const {
   if (device != "cpu" && device != "cuda" &&
       !(device.size() > 5 && device.rfind("cuda:", 0) == 0 && device.find_first_not_of("0123456789", 5) == std::string::npos))
     return "--device " + device + " is not supported (cpu, cuda or cuda:N)";
-  if (cuda && tensor_parallel_size > 1)
-    return "--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
-           " with --device cuda: the CUDA backend runs one GPU per engine so far (the NCCL communicators exist, the "
-           "sharded forward pass does not); use 1";
   if (cuda && (expert_parallel_size > 0 || !remote_shards.empty()))
     return "--device cuda runs the routed experts on the GPU; --expert-parallel-size / --remote-shards are CPU expert-shard actors";
   if (cuda && null_executor) return "--null-executor and --device cuda are exclusive";
@@ -181,7 +177,7 @@ std::string server_config::validate() const {
     return "--enable-expert-parallel needs GPUs; on this build use --expert-parallel-size N for expert-shard actors";
   if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3")
     return "--kv-cache-dtype " + kv_cache_dtype + " cannot take effect on this CPU build (the MLA cache is bf16); it is accepted in `k3 sim` plans";
-  if (tensor_parallel_size > 1)
+  if (tensor_parallel_size > 1 && !cuda)
     return "--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
            " cannot take effect: this run uses the CPU (--device cpu), so there are no GPUs to split "
            "it over; use 1, or --expert-parallel-size to shard the experts";

@@ -110,6 +110,7 @@ int serve_main(const std::vector<std::string_view>& args) {
   eo.quantize_experts = cfg.quantization == "mxfp4";
   eo.null_executor = cfg.null_executor;
   eo.device = cfg.device;
+  eo.tensor_parallel_size = cfg.tensor_parallel_size;
   eo.gpu_memory_utilization = cfg.gpu_memory_utilization;
   eo.kv_memory_bytes_explicit = cfg.kv_cache_memory > 0;
   // CPU build: the KV pools live in RAM. --gpu-memory-utilization U reserves U of what is

@@ -59,6 +59,7 @@ struct engine_options {
   /// under the stream actor, weights and KV pools in device memory). With cuda the KV budget
   /// is gpu_memory_utilization of the card (vLLM's rule) unless kv_memory_bytes_explicit.
   std::string device = "cpu";
+  int tensor_parallel_size = 1; ///< with cuda: GPUs cuda:N … cuda:N+tp−1 as one TP group (NCCL)
   double gpu_memory_utilization = 0.9;
   bool kv_memory_bytes_explicit = false;
   /// KV accounting of another machine (`k3 serve --simulate`): budget cost of one KDA slot and

@@ -165,7 +165,22 @@ __global__ void gather_kernel(const float* __restrict__ x, int n, const std::int
   out[i] = x[static_cast<long long>(rows[r]) * n + c];
 }
 
+__global__ void local_ids_kernel(std::int32_t* ids, long long n, int first, int last) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int e = ids[i];
+  ids[i] = e >= first && e < last ? e - first : last - first;
+}
+
 } // namespace
+
+status local_expert_ids(std::int32_t* ids, long long n, int first, int last, cudaStream_t s) {
+  if (first < 0 || last < first) return {false, "local_expert_ids: need 0 <= first <= last"};
+  if (n <= 0) return {};
+  local_ids_kernel<<<blocks(n), kThreads, 0, s>>>(ids, n, first, last);
+  K3_CUDA_TRY(cudaGetLastError());
+  return {};
+}
 
 status embed_rows(const std::uint16_t* table, int cols, const std::int32_t* ids, int rows, float* out, cudaStream_t s) {
   if (rows < 0 || cols < 1) return {false, "embed_rows: need rows >= 0 and cols >= 1"};

@@ -17,6 +17,8 @@
 //   argmax_rows    per row the lowest index of the maximum (greedy sampling on the device) and,
 //                  if logprob is not null, its raw log-probability −log Σ exp(x − max)
 //   gather_rows    out[r] = x[rows[r]]
+//   local_expert_ids  expert parallelism: ids in [first, last) → id − first, others → last − first
+//                  (the moe kernels' "another rank's expert" id)
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -45,5 +47,6 @@ status attnres_mix(const float* bank, long long bank_stride, int nb, const float
 
 status argmax_rows(const float* logits, int rows, int vocab, std::int32_t* ids, float* logprob, cudaStream_t stream);
 status gather_rows(const float* x, int n, const std::int32_t* rows, int out_rows, float* out, cudaStream_t stream);
+status local_expert_ids(std::int32_t* ids, long long n, int first, int last, cudaStream_t stream);
 
 } // namespace k3::cuda

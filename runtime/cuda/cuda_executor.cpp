@@ -40,14 +40,28 @@ std::int64_t cuda_executor::kv_budget(double util, std::int64_t reserve) const {
   return budget;
 }
 
-engine::step_result cuda_executor::run(const engine::batch_plan& plan) {
+engine::step_result cuda_executor::run(const engine::batch_plan& plan) { return run_rank(plan, true); }
+
+engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool lead) {
   engine::step_result r;
   r.step = plan.step;
   try {
     check(cudaSetDevice(m_.device()), "cudaSetDevice"); // the actor's thread: set per call, it is cheap
     entries_.clear();
-    for (const auto& e : plan.entries) entries_.push_back({e.state, e.tokens, false});
-    m_.step(entries_);
+    positions_.clear();
+    for (const auto& e : plan.entries) {
+      entries_.push_back({e.state, e.tokens, false});
+      positions_.push_back(e.position);
+    }
+    if (lead && tp_lead_only_) {
+      m_.step(entries_, positions_, true);
+    } else if (lead) {
+      m_.step(entries_);
+    } else {
+      m_.step(entries_, positions_, false);
+      check(cudaStreamSynchronize(m_.stream()), "the step's kernels");
+      return r;
+    }
     const auto E = entries_.size();
     const auto vocab = static_cast<std::size_t>(m_.config().vocab);
     cudaStream_t s = m_.stream();

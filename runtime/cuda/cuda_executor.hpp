@@ -28,7 +28,13 @@ namespace k3::gpu {
 class cuda_executor final : public engine::step_executor {
 public:
   cuda_executor(const model::model& m, const cuda_model_options& o);
+  /// Marks this executor as rank 0 of a tensor-parallel group (positions from the plan).
+  void set_tp_lead() noexcept { tp_lead_only_ = true; }
   [[nodiscard]] engine::step_result run(const engine::batch_plan& plan) override;
+  /// One tensor-parallel rank's share of a step: the same forward pass at the plan's positions
+  /// (entry.position); only the lead rank samples and advances positions, the others return
+  /// no tokens (their logits equal the lead's after the final all-reduce).
+  [[nodiscard]] engine::step_result run_rank(const engine::batch_plan& plan, bool lead);
 
   /// Per-expert routed token totals (all MoE layers), safe from any thread.
   [[nodiscard]] std::vector<std::int64_t> expert_tokens() const;
@@ -42,6 +48,8 @@ public:
 private:
   cuda_model m_;
   std::vector<model::batch_entry> entries_;
+  std::vector<std::int64_t> positions_;
+  bool tp_lead_only_ = false; ///< part of a TP group: positions come from the plan
   std::shared_ptr<void> ids_dev_, ids_host_; // argmax ids + logprobs [rows] (device / pinned)
   std::shared_ptr<void> rows_host_;          // pinned logits rows for host sampling
   std::size_t ids_cap_ = 0, rows_cap_ = 0;

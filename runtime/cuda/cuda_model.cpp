@@ -16,6 +16,9 @@
 #include "kernels/cuda/mla_prefill.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/ops.cuh"
+#if K3_HAVE_NCCL
+#include "runtime/cuda/nccl_comm.hpp"
+#endif
 
 namespace k3::gpu {
 
@@ -34,6 +37,7 @@ struct cuda_model::staging {
   std::size_t pinned_words = 0, device_words = 0;
   std::uint64_t* dev_base = nullptr;
   cudaEvent_t copied = nullptr; // the last staging upload has left the pinned buffer
+  cudaEvent_t copied_ar = nullptr, reduced = nullptr; // all-reduce ordering with the comm stream
   std::size_t take(std::size_t words) {
     const std::size_t at = host.size();
     host.resize(at + words, 0);
@@ -64,7 +68,7 @@ struct cuda_model::staging {
 
 namespace {
 
-void validate(const model::model_config& c, std::span<const model::batch_entry> batch) {
+void validate(const model::model_config& c, std::span<const model::batch_entry> batch, std::span<const std::int64_t> start) {
   std::set<const model::sequence_state*> seen;
   for (std::size_t e = 0; e < batch.size(); ++e) {
     const auto& be = batch[e];
@@ -76,9 +80,9 @@ void validate(const model::model_config& c, std::span<const model::batch_entry> 
     for (std::size_t i = 0; i < be.tokens.size(); ++i)
       if (be.tokens[i] < 0 || be.tokens[i] >= c.vocab)
         throw std::invalid_argument("token id " + std::to_string(be.tokens[i]) + " at position " +
-                                    std::to_string(be.seq->pos + static_cast<std::int64_t>(i)) +
+                                    std::to_string(start[e] + static_cast<std::int64_t>(i)) +
                                     " is outside the vocabulary (vocab_size " + std::to_string(c.vocab) + ")");
-    const std::int64_t end = be.seq->pos + static_cast<std::int64_t>(be.tokens.size());
+    const std::int64_t end = start[e] + static_cast<std::int64_t>(be.tokens.size());
     if (end > c.max_position)
       throw std::invalid_argument("sequence of " + std::to_string(end) + " tokens exceeds max_position_embeddings " +
                                   std::to_string(c.max_position));
@@ -103,7 +107,12 @@ void validate(const model::model_config& c, std::span<const model::batch_entry> 
 } // namespace
 
 cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
-    : c_(m.config()), round_expert_outputs_(!m.options().exact_fp32), device_(o.device) {
+    : c_(m.config()), tp_size_(o.tp.size), comm_(o.comm), pools_(o.pools), round_expert_outputs_(!m.options().exact_fp32),
+      device_(o.device) {
+  if (o.tp.size > 1 && !o.comm) throw std::invalid_argument("tensor parallelism needs the group's NCCL communicator");
+#if !K3_HAVE_NCCL
+  if (o.tp.size > 1) throw std::invalid_argument("--tensor-parallel-size > 1 needs NCCL, which this build does not have");
+#endif
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw cuda_error("no CUDA device visible");
   if (o.device < 0 || o.device >= count)
@@ -114,10 +123,14 @@ cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
   if (c_.kda_head_dim > 256) throw std::invalid_argument("the CUDA KDA kernels need head_dim <= 256");
   check(cudaSetDevice(o.device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  w_ = device_weights::upload(m, o.progress);
+  w_ = device_weights::upload(m, o.progress, o.tp);
+  c_.kda_heads /= o.tp.size; // rank-local heads (upload checked divisibility)
+  if (c_.mla_heads % o.tp.size == 0) c_.mla_heads /= o.tp.size;
   blas_ = std::make_unique<blas>(stream_);
   st_ = std::make_unique<staging>();
   check(cudaEventCreateWithFlags(&st_->copied, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&st_->copied_ar, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&st_->reduced, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventRecord(st_->copied, stream_), "cudaEventRecord");
   expert_totals_.assign(static_cast<std::size_t>(c_.num_experts), 0);
 }
@@ -126,6 +139,8 @@ cuda_model::~cuda_model() {
   if (stream_) {
     cudaStreamSynchronize(stream_);
     if (st_ && st_->copied) cudaEventDestroy(st_->copied);
+    if (st_ && st_->copied_ar) cudaEventDestroy(st_->copied_ar);
+    if (st_ && st_->reduced) cudaEventDestroy(st_->reduced);
     st_.reset();
     blas_.reset();
     w_.reset();
@@ -141,6 +156,20 @@ std::function<std::shared_ptr<void>(std::size_t)> cuda_model::pool_allocator() c
   };
 }
 
+void cuda_model::all_reduce(float* buf, std::int64_t count) {
+  if (tp_size_ <= 1) return;
+#if K3_HAVE_NCCL
+  // The communicator's stream is not ours: order it after this stream's work and back.
+  check(cudaEventRecord(st_->copied_ar, stream_), "cudaEventRecord(all_reduce)");
+  check(cudaStreamWaitEvent(comm_->stream(), st_->copied_ar, 0), "cudaStreamWaitEvent(all_reduce)");
+  comm_->all_reduce_sum(buf, static_cast<std::size_t>(count));
+  check(cudaEventRecord(st_->reduced, comm_->stream()), "cudaEventRecord(reduced)");
+  check(cudaStreamWaitEvent(stream_, st_->reduced, 0), "cudaStreamWaitEvent(reduced)");
+#else
+  (void)buf, (void)count;
+#endif
+}
+
 void cuda_model::collect_expert_counts() {
   auto& s = *st_;
   if (c_.num_experts == 0 || s.counted_n == 0) return;
@@ -150,8 +179,12 @@ void cuda_model::collect_expert_counts() {
   s.counted_n = 0;
 }
 
-void cuda_model::step(std::span<const model::batch_entry> batch) {
-  validate(c_, batch);
+void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const std::int64_t> positions, bool advance) {
+  if (!positions.empty() && positions.size() != batch.size())
+    throw std::invalid_argument("cuda_model::step: one position per batch entry");
+  std::vector<std::int64_t> start(batch.size());
+  for (std::size_t e = 0; e < batch.size(); ++e) start[e] = positions.empty() ? batch[e].seq->pos : positions[e];
+  validate(c_, batch, start);
   auto& s = *st_;
   // Under CUDA-graph capture (relaxed mode) the host-side waits are skipped: the caller warmed
   // the same batch shape up eagerly, so no buffer grows and no earlier upload is pending.
@@ -164,7 +197,7 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
   for (const auto& be : batch) {
     s.off.push_back(s.n);
     s.len.push_back(static_cast<std::int64_t>(be.tokens.size()));
-    s.pos0.push_back(be.seq->pos);
+    s.pos0.push_back(start[s.pos0.size()]);
     s.seq.push_back(be.seq);
     s.n += static_cast<std::int64_t>(be.tokens.size());
   }
@@ -216,15 +249,15 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
     const std::int64_t P = c_.kda_proj(), K = c_.conv_kernel;
     for (int l = 0; l < num_kda; ++l)
       for (std::int64_t e = 0; e < E; ++e) {
-        s.host[s.kda_at + l * E + e] = reinterpret_cast<std::uint64_t>(s.seq[e]->kda[static_cast<std::size_t>(l)]);
+        s.host[s.kda_at + l * E + e] = reinterpret_cast<std::uint64_t>(local(s.seq[e]->kda[static_cast<std::size_t>(l)]));
         for (int st = 0; st < 3; ++st)
           s.host[s.conv_at + (l * 3 + st) * E + e] =
-              reinterpret_cast<std::uint64_t>(s.seq[e]->conv[static_cast<std::size_t>(l)] + st * P * (K - 1));
+              reinterpret_cast<std::uint64_t>(local(s.seq[e]->conv[static_cast<std::size_t>(l)]) + st * P * (K - 1));
       }
     if (num_mla > 0)
       for (std::int64_t e = 0; e < E; ++e) {
         const auto& tab = s.seq[e]->mla_blocks[0];
-        for (std::size_t b = 0; b < tab.size(); ++b) s.host[s.seq_table_at[e] + b] = reinterpret_cast<std::uint64_t>(tab[b]);
+        for (std::size_t b = 0; b < tab.size(); ++b) s.host[s.seq_table_at[e] + b] = reinterpret_cast<std::uint64_t>(local(tab[b]));
         s.host[s.entry_ctx_at + e] = static_cast<std::uint64_t>(s.pos0[e] + s.len[e]);
         for (std::int64_t i = 0; i < s.len[e]; ++i) s.host[s.tok_pos_at + s.off[e] + i] = static_cast<std::uint64_t>(s.pos0[e] + i);
       }
@@ -257,12 +290,14 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
   if (!capturing) check(cudaEventRecord(s.copied, stream_), "cudaEventRecord(staging)");
 
   // A sequence at position 0 starts from zero state (recycled slots need no clearing).
-  for (auto* seq : s.seq)
-    if (seq->pos == 0)
+  for (std::int64_t e = 0; e < E; ++e)
+    if (s.pos0[e] == 0) {
+      const auto* seq = s.seq[e];
       for (std::size_t l = 0; l < seq->kda.size(); ++l) {
-        check(cudaMemsetAsync(seq->kda[l], 0, seq->kda_state_floats() * 4, stream_), "cudaMemsetAsync(KDA state)");
-        check(cudaMemsetAsync(seq->conv[l], 0, seq->conv_state_floats() * 4, stream_), "cudaMemsetAsync(conv state)");
+        check(cudaMemsetAsync(local(seq->kda[l]), 0, seq->kda_state_floats() * 4, stream_), "cudaMemsetAsync(KDA state)");
+        check(cudaMemsetAsync(local(seq->conv[l]), 0, seq->conv_state_floats() * 4, stream_), "cudaMemsetAsync(conv state)");
       }
+    }
 
   // Expert-count read-back buffer for this step (a previous step's ids not yet counted are
   // counted first, so enqueuing steps back to back loses none).
@@ -333,7 +368,8 @@ void cuda_model::step(std::span<const model::batch_entry> batch) {
   check(cuda::rms_norm(h, w_->final_norm, c_.rms_eps, static_cast<int>(E), static_cast<int>(Hd), h, stream_));
   logits_ = s.get(staging::logits, E * c_.vocab);
   blas_->matmul(w_->head, h, Hd, E, logits_, c_.vocab);
-  for (std::int64_t e = 0; e < E; ++e) s.seq[e]->pos += s.len[e];
+  if (advance)
+    for (std::int64_t e = 0; e < E; ++e) s.seq[e]->pos = s.pos0[e] + s.len[e];
 }
 
 void cuda_model::kda_layer(const d_kda& w, int slot, const float* x, float* out) {
@@ -406,6 +442,7 @@ void cuda_model::kda_layer(const d_kda& w, int slot, const float* x, float* out)
   }
   check(cuda::rms_norm_gated(o, og, w.o_norm, c_.rms_eps, static_cast<int>(n * H), static_cast<int>(hd), o, stream_));
   blas_->matmul(w.o, o, P, n, out, Hd);
+  all_reduce(out, n * Hd); // heads split over the TP ranks: o_proj outputs are partial sums
 }
 
 void cuda_model::mla_layer(const d_mla& w, int slot, const float* x, float* out) {
@@ -456,6 +493,7 @@ void cuda_model::mla_layer(const d_mla& w, int slot, const float* x, float* out)
     }
   }
   blas_->matmul(w.o, o, H * V, n, out, Hd);
+  all_reduce(out, n * Hd);
 }
 
 void cuda_model::mlp_layer(const d_mlp& w, const float* x, std::int64_t n, float* out) {
@@ -468,6 +506,7 @@ void cuda_model::mlp_layer(const d_mlp& w, const float* x, std::int64_t n, float
   const cuda::glu_params gp{c_.act == model::activation::situ, c_.situ_beta, c_.situ_linear_beta};
   check(cuda::glu(g, u, n * I, gp, g, stream_));
   blas_->matmul(w.down, g, I, n, out, Hd);
+  all_reduce(out, n * Hd); // intermediate units split over the TP ranks
 }
 
 void cuda_model::moe_layer(const d_moe& w, int slot, const float* x, float* out) {
@@ -482,6 +521,7 @@ void cuda_model::moe_layer(const d_moe& w, int slot, const float* x, float* out)
   check(cudaMemcpyAsync(static_cast<std::int32_t*>(s.ids_host.get()) + slot * n * k, ids, static_cast<std::size_t>(n * k) * 4,
                         cudaMemcpyDeviceToHost, stream_),
         "cudaMemcpyAsync(router ids)");
+  if (tp_size_ > 1) check(cuda::local_expert_ids(ids, n * k, w_->first_expert, w_->last_expert, stream_));
   const float* src = x;
   if (c_.routed_hidden > 0) {
     float* lat = s.get(staging::lat, n * X);
@@ -489,7 +529,7 @@ void cuda_model::moe_layer(const d_moe& w, int slot, const float* x, float* out)
     src = lat;
   }
   if (!s.moe_ws_own || s.moe_ws_own->max_tokens < n) {
-    s.moe_ws_own = std::make_unique<cuda::moe_workspace>(static_cast<int>(std::max<std::int64_t>(n, 16)), c_.top_k, c_.num_experts,
+    s.moe_ws_own = std::make_unique<cuda::moe_workspace>(static_cast<int>(std::max<std::int64_t>(n, 16)), c_.top_k, w.experts.experts,
                                                          c_.moe_inter, static_cast<int>(X));
   }
   auto& mws = *s.moe_ws_own;
@@ -501,6 +541,7 @@ void cuda_model::moe_layer(const d_moe& w, int slot, const float* x, float* out)
   act.linear_beta = c_.situ_linear_beta;
   act.round_expert_outputs_bf16 = round_expert_outputs_;
   check(cuda::moe_routed_experts(src, ids, wts, static_cast<int>(n), w.experts, act, mws, y, stream_));
+  all_reduce(y, n * X); // each rank summed its own experts' slots; before the (nonlinear) latent norm
   if (c_.routed_hidden > 0) {
     if (c_.latent_norm) check(cuda::rms_norm(y, w.latent_norm, c_.rms_eps, static_cast<int>(n), static_cast<int>(X), y, stream_));
     blas_->matmul(w.latent_up, y, X, n, out, Hd);

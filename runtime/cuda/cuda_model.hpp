@@ -35,9 +35,24 @@
 
 namespace k3::gpu {
 
+class nccl_comm;
+
+/// A rank's KV pools mirror rank 0's: the scheduler's views point into rank 0's pools, and a
+/// rank adds `delta` to any pointer in [lo, hi) (same layout, its own device memory).
+struct pool_map {
+  const char* lo = nullptr;
+  const char* hi = nullptr;
+  std::ptrdiff_t delta = 0;
+};
+
 struct cuda_model_options {
   int device = 0;
   int progress = -1; ///< weights upload bar: 1 always, 0 never, -1 on a tty
+  /// Tensor parallelism: this rank's slice (device_weights.hpp) and the group's communicator
+  /// (all-reduce after o_proj, the MLP down projection and the MoE partial sums). size 1: none.
+  tp_slice tp;
+  nccl_comm* comm = nullptr;
+  std::shared_ptr<const std::vector<pool_map>> pools; ///< ranks > 0: where rank 0's pool pointers map
 };
 
 class cuda_model {
@@ -61,7 +76,10 @@ public:
   /// after an eager step of the same batch shape sized the buffers; the graph then replays the
   /// whole step (staging upload included, read from the pinned buffer at launch time). pos is
   /// advanced at capture time only; replays leave it to the caller.
-  void step(std::span<const model::batch_entry> batch);
+  /// `positions` (optional, one per entry) overrides seq->pos as each entry's start (tensor-
+  /// parallel ranks read the plan's positions, not a pos another rank may already have
+  /// advanced); `advance` = false leaves pos alone (every rank but the first).
+  void step(std::span<const model::batch_entry> batch, std::span<const std::int64_t> positions = {}, bool advance = true);
   [[nodiscard]] const float* logits() const noexcept { return logits_; }
   /// Token rows routed to each expert, summed over MoE layers, up to the last synchronised step
   /// (call after the stream has finished the step: the executor does).
@@ -77,8 +95,20 @@ private:
   void mla_layer(const d_mla& w, int slot, const float* x, float* out);
   void mlp_layer(const d_mlp& w, const float* x, std::int64_t n, float* out);
   void moe_layer(const d_moe& w, int slot, const float* x, float* out);
+  void all_reduce(float* buf, std::int64_t count); // no-op without tensor parallelism
+  template <class T>
+  [[nodiscard]] T* local(T* p) const noexcept {
+    if (!pools_) return p;
+    const char* c = reinterpret_cast<const char*>(p);
+    for (const auto& m : *pools_)
+      if (c >= m.lo && c < m.hi) return reinterpret_cast<T*>(const_cast<char*>(c) + m.delta);
+    return p;
+  }
 
-  model::model_config c_;
+  model::model_config c_; ///< rank-local: kda_heads and mla_heads divided by the TP size
+  int tp_size_ = 1;
+  nccl_comm* comm_ = nullptr;
+  std::shared_ptr<const std::vector<pool_map>> pools_;
   bool round_expert_outputs_ = true;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -9,6 +9,13 @@
 //                    (cuda::moe_weights); bf16 experts are refused with a message naming
 //                    --quantization mxfp4 (the kernels are MXFP4 only)
 //
+// Tensor parallelism (tp.size > 1, Megatron-style inside one node): KDA and MLA heads, the
+// dense MLP's and the shared experts' intermediate units are split evenly over the ranks —
+// q/k/v/f_b/b/g/g_b/kv_b/q_b/gate/up rows, conv/A_log/dt_bias by head, o_proj and down_proj
+// columns (their outputs are partial sums, all-reduced by cuda_model); the routed experts are
+// partitioned by id (expert parallelism: rank r owns [first_expert, last_expert)); embedding,
+// head, router, norms, AttnRes queries, q_a/kv_a and the latent projections are replicated.
+//
 // One cudaMalloc arena holds everything (256-byte aligned tensors); a progress bar shows the
 // upload. Throws cuda_error (device, allocation) or std::invalid_argument (unsupported model).
 #include <cstdint>
@@ -62,15 +69,24 @@ struct d_layer {
   d_moe moe_w;
 };
 
+struct tp_slice {
+  int rank = 0, size = 1;
+  [[nodiscard]] std::int64_t begin(std::int64_t n) const noexcept { return n * rank / size; }
+  [[nodiscard]] std::int64_t end(std::int64_t n) const noexcept { return n * (rank + 1) / size; }
+};
+
 struct device_weights {
   dmat embed, head;
   const float* final_norm = nullptr;
   const float* out_res_w = nullptr;
   std::vector<d_layer> layers;
   std::int64_t bytes = 0; ///< arena size
+  int first_expert = 0, last_expert = 0; ///< routed experts held here: [first, last)
 
-  /// Uploads `m`'s weights to the current device. `progress`: 1 always, 0 never, -1 on a tty.
-  [[nodiscard]] static std::unique_ptr<device_weights> upload(const model::model& m, int progress);
+  /// Uploads `m`'s weights (this rank's slice) to the current device. `progress`: 1 always, 0
+  /// never, -1 on a tty. Throws std::invalid_argument when heads or intermediate sizes do not
+  /// divide by tp.size.
+  [[nodiscard]] static std::unique_ptr<device_weights> upload(const model::model& m, int progress, const tp_slice& tp = {});
 
 private:
   std::shared_ptr<void> arena_;
