@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU: builds the CUDA targets, runs every [gpu] test
 # against its CPU reference (seeded random inputs, poisoned outputs), and times the MoE layer at
-# K3's real dimensions against the HBM floor, and KDA prefill chunked vs recurrent. Prints one short table; fails if no GPU is seen.
+# K3's real dimensions against the HBM floor, KDA prefill chunked vs recurrent, and one greedy
+# generation on the demo checkpoint on the CPU and on the GPU side by side. Prints short tables;
+# fails if no GPU is seen.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]      (default build-gpu; an existing build is reused)
 #
@@ -24,3 +26,11 @@ if grep -q "no CUDA device visible" <<<"$out"; then echo "$out"; echo "gpu-check
 echo "$out" | tail -2
 echo "== k3 bench cuda: MoE layer at K3 dimensions (896 experts x 3 x 3072 x 3584 MXFP4, top-16), KDA decode and prefill"
 "$B/k3" bench cuda
+echo "== end to end: k3 run on the demo checkpoint, CPU vs --device cuda (greedy token ids)"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+"$B/k3" make-model --out "$d/m" >/dev/null
+cpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids 2>/dev/null)
+gpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids --device cuda 2>&1 | tail -1)
+echo "  cpu: $cpu"
+echo "  gpu: $gpu"
