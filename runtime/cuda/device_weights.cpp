@@ -204,6 +204,14 @@ void walk(const model::model& m, uploader& up, device_weights& out, const tp_sli
 
 } // namespace
 
+std::int64_t device_weights::bytes_for(const model::model& m, const tp_slice& tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) throw std::invalid_argument("tensor-parallel rank outside the group");
+  device_weights out;
+  uploader count(true, nullptr, nullptr);
+  walk(m, count, out, tp);
+  return static_cast<std::int64_t>(count.used());
+}
+
 std::unique_ptr<device_weights> device_weights::upload(const model::model& m, int progress, const tp_slice& tp) {
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) throw std::invalid_argument("tensor-parallel rank outside the group");
   auto out = std::make_unique<device_weights>();

@@ -87,6 +87,9 @@ struct device_weights {
   /// never, -1 on a tty. Throws std::invalid_argument when heads or intermediate sizes do not
   /// divide by tp.size.
   [[nodiscard]] static std::unique_ptr<device_weights> upload(const model::model& m, int progress, const tp_slice& tp = {});
+  /// Device bytes this rank's slice takes (the upload's sizing pass; no device needed). Throws
+  /// like upload() for sizes that do not divide.
+  [[nodiscard]] static std::int64_t bytes_for(const model::model& m, const tp_slice& tp = {});
 
 private:
   std::shared_ptr<void> arena_;
