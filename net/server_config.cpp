@@ -167,13 +167,18 @@ std::string server_config::validate() const {
   if (device != "cpu" && device != "cuda" &&
       !(device.size() > 5 && device.rfind("cuda:", 0) == 0 && device.find_first_not_of("0123456789", 5) == std::string::npos))
     return "--device " + device + " is not supported (cpu, cuda or cuda:N)";
-  if (cuda && (expert_parallel_size > 0 || !remote_shards.empty()))
-    return "--device cuda runs the routed experts on the GPU; --expert-parallel-size / --remote-shards are CPU expert-shard actors";
+  // On GPUs the TP group partitions the routed experts over its ranks (EP = TP, vLLM's
+  // --enable-expert-parallel); a different EP degree has no GPU form here.
+  if (cuda && !remote_shards.empty())
+    return "--device cuda runs the routed experts on the GPU; --remote-shards are CPU expert-shard processes";
+  if (cuda && expert_parallel_size > 0 && expert_parallel_size != tensor_parallel_size)
+    return "--expert-parallel-size " + std::to_string(expert_parallel_size) + " with --device cuda: the experts are partitioned "
+           "over the " + std::to_string(tensor_parallel_size) + " tensor-parallel GPUs (EP = TP); give the same size or leave it out";
   if (cuda && null_executor) return "--null-executor and --device cuda are exclusive";
   if (data_parallel_size > 1 || enable_dp_attention)
     return "--data-parallel-size / --enable-dp-attention cannot take effect on this CPU build (one engine per process); "
            "they are accepted in `k3 sim` plans";
-  if (enable_expert_parallel)
+  if (enable_expert_parallel && !cuda)
     return "--enable-expert-parallel needs GPUs; on this build use --expert-parallel-size N for expert-shard actors";
   if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3")
     return "--kv-cache-dtype " + kv_cache_dtype + " cannot take effect on this CPU build (the MLA cache is bf16); it is accepted in `k3 sim` plans";

@@ -104,7 +104,7 @@ int serve_main(const std::vector<std::string_view>& args) {
   eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
   eo.max_waiting_requests = cfg.max_queued_requests;
   eo.max_waiting_tokens = cfg.max_queued_tokens;
-  eo.expert_parallel_size = cfg.expert_parallel_size;
+  eo.expert_parallel_size = cfg.device == "cpu" ? cfg.expert_parallel_size : 0; // on GPUs: EP = TP inside the group
   eo.num_redundant_experts = cfg.num_redundant_experts;
   eo.remote_shards = cfg.remote_shards;
   eo.quantize_experts = cfg.quantization == "mxfp4";

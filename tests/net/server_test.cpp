@@ -312,7 +312,8 @@ TEST_CASE("server: launch lines — flags that cannot take effect are start-up e
          out.find("no CUDA backend") != std::string::npos || out.find("needs NCCL") != std::string::npos ||
          out.find("listening on") != std::string::npos));
   out = run({"--device", "cuda:0", "--expert-parallel-size", "2"});
-  CHECK(out.find("--expert-parallel-size / --remote-shards are CPU expert-shard actors") != std::string::npos);
+  CHECK(out.find("--expert-parallel-size 2 with --device cuda: the experts are partitioned over the 1 tensor-parallel GPUs") !=
+        std::string::npos);
   out = run({"--device", "cuda", "--quantization", "mxfp4"}); // starts only where a GPU is visible
   CHECK((out.find("no CUDA device visible") != std::string::npos || out.find("no CUDA backend") != std::string::npos ||
          out.find("listening on") != std::string::npos));
