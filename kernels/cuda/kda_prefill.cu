@@ -22,15 +22,14 @@ __device__ __forceinline__ void store_state(__nv_bfloat16* p, float x) { *p = __
 // the score threads, which read 16 different rows at the same channel, hit distinct banks.
 struct chunk_smem {
   int LD;
-  int q, k, G, KQ, Kend, S, V, P, Vn, A, Aqk, T, decay, beta, total;
+  int q, k, G, KQ, S, V, P, Vn, A, Aqk, T, decay, beta, total;
   __host__ __device__ explicit chunk_smem(int dk) : LD(dk + 1) {
     int at = 0;
     auto take = [&at](int n) { const int p = at; at += n; return p; };
     q = take(C * LD);
     k = take(C * LD);
     G = take(C * LD);
-    KQ = take(2 * C * LD);
-    Kend = take(C * LD);
+    KQ = take(2 * C * LD); // rows 0..C−1 hold e^(G_last − G)⊙K once P is formed (Kend)
     S = take(dk * TV);
     V = take(C * TV);
     P = take(2 * C * TV);
@@ -44,8 +43,10 @@ struct chunk_smem {
   }
 };
 
+// Three blocks per SM (≤ 80 registers, ~70 KB of shared memory at dk = 128): K3's 96 heads ×
+// 4 value tiles = 384 blocks then run in one wave on an H200's 132 SMs instead of two.
 template <class St>
-__global__ void __launch_bounds__(kThreads) kda_chunk_kernel(const float* __restrict__ q, const float* __restrict__ k,
+__global__ void __launch_bounds__(kThreads, 3) kda_chunk_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                                             const float* __restrict__ v, const float* __restrict__ g,
                                                             const float* __restrict__ beta,
                                                             const long long* __restrict__ cu, void* const* states,
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) kda_chunk_kernel(const float* __rest
   extern __shared__ float sh[];
   const chunk_smem L(dk);
   const int LD = L.LD;
-  float *sq = sh + L.q, *sk = sh + L.k, *sG = sh + L.G, *sKQ = sh + L.KQ, *sKend = sh + L.Kend, *sS = sh + L.S,
+  float *sq = sh + L.q, *sk = sh + L.k, *sG = sh + L.G, *sKQ = sh + L.KQ, *sKend = sh + L.KQ, *sS = sh + L.S,
         *sV = sh + L.V, *sP = sh + L.P, *sVn = sh + L.Vn, *sA = sh + L.A, *sAqk = sh + L.Aqk, *sT = sh + L.T,
         *sdecay = sh + L.decay, *sbeta = sh + L.beta;
   const int tid = threadIdx.x;
@@ -108,15 +109,12 @@ __global__ void __launch_bounds__(kThreads) kda_chunk_kernel(const float* __rest
       sdecay[d] = expf(acc);
     }
     __syncthreads();
-    // 3. Decayed operands (arguments ≤ 0) and the score pairs (pairwise decay, argument ≤ 0).
+    // 3. Decayed operands (argument ≤ 0) and the score pairs (pairwise decay, argument ≤ 0).
     for (int e = tid; e < C * dk; e += kThreads) {
       const int i = e / dk, d = e % dk;
-      const float Gi = sG[i * LD + d], Gl = sG[(c - 1) * LD + d];
-      const bool in = i < c;
-      const float eg = in ? expf(Gi) : 0.f;
+      const float eg = i < c ? expf(sG[i * LD + d]) : 0.f;
       sKQ[i * LD + d] = sk[i * LD + d] * eg;
       sKQ[(C + i) * LD + d] = sq[i * LD + d] * eg;
-      sKend[i * LD + d] = in ? sk[i * LD + d] * expf(Gl - Gi) : 0.f;
     }
     {
       float s = 0.f;
@@ -163,7 +161,12 @@ __global__ void __launch_bounds__(kThreads) kda_chunk_kernel(const float* __rest
       for (int i = 0; i < C; ++i) sT[i * (C + 1) + j] = col[i] * bj;
     }
     __syncthreads();
-    // 5. Vn = T (V − P_top): 2 outputs per thread.
+    // 5. Vn = T (V − P_top): 2 outputs per thread; and Kend = e^(G_last − G)⊙K (argument ≤ 0)
+    //    into the K half of KQ, dead now that P is formed.
+    for (int e = tid; e < C * dk; e += kThreads) {
+      const int i = e / dk, d = e % dk;
+      sKend[i * LD + d] = i < c ? sk[i * LD + d] * expf(sG[(c - 1) * LD + d] - sG[i * LD + d]) : 0.f;
+    }
     {
       const int i = tid / (TV / 2), c0 = (tid % (TV / 2)) * 2;
       float a0 = 0.f, a1 = 0.f;
