@@ -127,30 +127,16 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int vocab, std::
   __shared__ float bv[kThreads / 32];
   __shared__ int bi[kThreads / 32];
   __shared__ float scratch[32];
-  __shared__ float s_max;
   const float* row = logits + static_cast<long long>(blockIdx.x) * vocab;
   float v = -FLT_MAX;
   int idx = INT_MAX;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x)
     if (row[i] > v) v = row[i], idx = i; // strided ascending: first max per thread
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-    if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
-  }
-  if (threadIdx.x % 32 == 0) bv[threadIdx.x / 32] = v, bi[threadIdx.x / 32] = idx;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / 32; ++w)
-      if (bv[w] > v || (bv[w] == v && bi[w] < idx)) v = bv[w], idx = bi[w];
-    ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
-    s_max = v;
-  }
-  __syncthreads();
+  detail::block_argmax(v, idx, bv, bi);
+  if (threadIdx.x == 0) ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
   if (!logprob) return;
   // Raw log-probability of the arg-max: −log Σ exp(x − max) (fp32, as the CPU sampler's).
-  const float m = s_max;
+  const float m = v;
   float sum = 0.f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(row[i] - m);
   sum = block_reduce_sum(sum, scratch);

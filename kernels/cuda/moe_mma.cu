@@ -70,6 +70,20 @@ __device__ bool locate_tile(const moe_routing& r, const std::int32_t* tiles, int
   return true;
 }
 
+// Block-wide: the tile of blockIdx.x and its rows' pair ids (−1 past the segment) in s_pair.
+// false for the whole block past the last tile or on another rank's experts (expert parallelism).
+__device__ bool load_tile(const moe_routing& r, const std::int32_t* tiles, int experts, int* s_pair, tile_info& t) {
+  __shared__ tile_info s_tile;
+  __shared__ bool s_valid;
+  if (threadIdx.x == 0) s_valid = locate_tile(r, tiles, experts, blockIdx.x, s_tile) && s_tile.expert < experts;
+  __syncthreads();
+  if (!s_valid) return false;
+  t = s_tile;
+  for (int i = threadIdx.x; i < TM; i += kThreads) s_pair[i] = t.m0 + i < t.m1 ? r.pairs[t.m0 + i] : -1;
+  __syncthreads();
+  return true;
+}
+
 // 16 consecutive MXFP4 values of one weight row (8 packed bytes, one scale) → bf16 in smem.
 __device__ __forceinline__ void decode16(const std::uint8_t* packed8, std::uint8_t scale, __nv_bfloat16* dst) {
   const uint2 q = *reinterpret_cast<const uint2*>(packed8);
@@ -95,16 +109,9 @@ __global__ void __launch_bounds__(kThreads) gate_up_mma_kernel(const float* __re
   __shared__ __align__(32) __nv_bfloat16 As[TM * LDS], B1s[TN * LDS], B3s[TN * LDS];
   __shared__ __align__(32) float Cs[TM * LDC];
   __shared__ int s_pair[TM];
-  __shared__ tile_info s_tile;
-  __shared__ bool s_valid;
   const int tid = threadIdx.x, n0 = blockIdx.y * TN;
-  if (tid == 0) s_valid = locate_tile(r, tiles, w.experts, blockIdx.x, s_tile);
-  __syncthreads();
-  if (!s_valid) return;
-  const tile_info t = s_tile;
-  if (t.expert >= w.experts) return; // another rank's experts (expert parallelism)
-  for (int i = tid; i < TM; i += kThreads) s_pair[i] = t.m0 + i < t.m1 ? r.pairs[t.m0 + i] : -1;
-  __syncthreads();
+  tile_info t;
+  if (!load_tile(r, tiles, w.experts, s_pair, t)) return;
   const int warp = tid / 32, wm = warp / 2, wn = warp % 2;
   frag_c g[2][2], u[2][2];
 #pragma unroll
@@ -187,16 +194,9 @@ __global__ void __launch_bounds__(kThreads) down_mma_kernel(const __nv_bfloat16*
   __shared__ __align__(32) __nv_bfloat16 As[TM * LDS], Bs[TN * LDS];
   __shared__ __align__(32) float Cs[TM * LDC];
   __shared__ int s_pair[TM];
-  __shared__ tile_info s_tile;
-  __shared__ bool s_valid;
   const int tid = threadIdx.x, n0 = blockIdx.y * TN, K = w.inter;
-  if (tid == 0) s_valid = locate_tile(r, tiles, w.experts, blockIdx.x, s_tile);
-  __syncthreads();
-  if (!s_valid) return;
-  const tile_info t = s_tile;
-  if (t.expert >= w.experts) return; // another rank's experts (expert parallelism)
-  for (int i = tid; i < TM; i += kThreads) s_pair[i] = t.m0 + i < t.m1 ? r.pairs[t.m0 + i] : -1;
-  __syncthreads();
+  tile_info t;
+  if (!load_tile(r, tiles, w.experts, s_pair, t)) return;
   const int warp = tid / 32, wm = warp / 2, wn = warp % 2;
   frag_c acc[2][2];
 #pragma unroll

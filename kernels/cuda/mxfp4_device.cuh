@@ -26,6 +26,24 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/// Block-wide arg-max of every thread's (v, i), ties to the lower index; every thread gets the
+/// result. sv, si: shared scratch of blockDim.x / 32 entries. Contains barriers (call from all
+/// threads); the scratch is reusable when it returns.
+__device__ inline void block_argmax(float& v, int& i, float* sv, int* si) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, off);
+    if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
+  }
+  if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = v, si[threadIdx.x / 32] = i;
+  __syncthreads();
+  v = sv[0], i = si[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
+    if (sv[w] > v || (sv[w] == v && si[w] < i)) v = sv[w], i = si[w];
+  __syncthreads();
+}
+
 /// Round to the nearest bf16 (ties to even), kept as fp32; inf and NaN unchanged.
 __device__ __forceinline__ float round_bf16(float v) {
   unsigned u = __float_as_uint(v);

@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/mxfp4_device.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -67,21 +68,10 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
     int bi = INT_MAX;
     for (int e = threadIdx.x; e < p.num_experts; e += blockDim.x)
       if (choice[e] > bv || (choice[e] == bv && e < bi)) bv = choice[e], bi = e;
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    if (threadIdx.x % 32 == 0) best_v[threadIdx.x / 32] = bv, best_i[threadIdx.x / 32] = bi;
-    __syncthreads();
+    detail::block_argmax(bv, bi, best_v, best_i);
     if (threadIdx.x == 0) {
-      float v = best_v[0];
-      int i = best_i[0];
-      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
-        if (best_v[w] > v || (best_v[w] == v && best_i[w] < i)) v = best_v[w], i = best_i[w];
-      picked[j] = i;
-      choice[i] = -FLT_MAX; // taken
+      picked[j] = bi;
+      choice[bi] = -FLT_MAX; // taken
     }
     __syncthreads();
   }
