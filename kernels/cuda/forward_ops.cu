@@ -76,20 +76,6 @@ __global__ void cache_write_kernel(const float* __restrict__ x, long long ld, in
   row[c] = narrow(x[t * ld + c]);
 }
 
-__device__ float block_reduce_sum(float v, float* scratch) {
-  v = detail::warp_sum(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float t = threadIdx.x < blockDim.x / 32 ? scratch[threadIdx.x] : 0.f;
-  if (threadIdx.x < 32) t = detail::warp_sum(t);
-  if (threadIdx.x == 0) scratch[0] = t;
-  __syncthreads();
-  t = scratch[0];
-  __syncthreads();
-  return t;
-}
-
 // One block per output row; sources: bank rows then the current sum. S ≤ 256.
 __global__ void attnres_kernel(const float* __restrict__ bank, long long stride, int nb, const float* __restrict__ cur,
                                const float* __restrict__ w, float eps, const std::int32_t* __restrict__ rows, int n,
@@ -102,8 +88,8 @@ __global__ void attnres_kernel(const float* __restrict__ bank, long long stride,
     const float* v = (s < nb ? bank + s * stride : cur) + r * n;
     float ss = 0.f, dot = 0.f;
     for (int d = threadIdx.x; d < n; d += blockDim.x) ss += v[d] * v[d], dot += v[d] * w[d];
-    ss = block_reduce_sum(ss, scratch);
-    dot = block_reduce_sum(dot, scratch);
+    ss = detail::block_sum(ss, scratch);
+    dot = detail::block_sum(dot, scratch);
     if (threadIdx.x == 0) p[s] = dot * rsqrtf(ss / n + eps);
   }
   __syncthreads();
@@ -139,7 +125,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int vocab, std::
   const float m = v;
   float sum = 0.f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(row[i] - m);
-  sum = block_reduce_sum(sum, scratch);
+  sum = detail::block_sum(sum, scratch);
   if (threadIdx.x == 0) logprob[blockIdx.x] = -logf(sum);
 }
 

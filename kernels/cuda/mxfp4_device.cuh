@@ -26,6 +26,21 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/// Block-wide sum; every thread gets it. scratch: 32 shared floats. Contains barriers; the
+/// scratch is reusable when it returns.
+__device__ inline float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float t = threadIdx.x < blockDim.x / 32 ? scratch[threadIdx.x] : 0.f;
+  if (threadIdx.x < 32) t = warp_sum(t);
+  if (threadIdx.x == 0) scratch[0] = t;
+  __syncthreads();
+  t = scratch[0];
+  __syncthreads();
+  return t;
+}
+
 /// Block-wide arg-max of every thread's (v, i), ties to the lower index; every thread gets the
 /// result. sv, si: shared scratch of blockDim.x / 32 entries. Contains barriers (call from all
 /// threads); the scratch is reusable when it returns.

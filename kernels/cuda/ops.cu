@@ -10,24 +10,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ float block_sum(float v, float* scratch) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float t = 0.f;
-  if (threadIdx.x < 32) {
-    t = threadIdx.x < blockDim.x / 32 ? scratch[threadIdx.x] : 0.f;
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);
-    if (threadIdx.x == 0) scratch[0] = t;
-  }
-  __syncthreads();
-  t = scratch[0];
-  __syncthreads(); // scratch reusable afterwards
-  return t;
-}
+using detail::block_sum;
 
 // mode 0: rms, 1: rms gated, 2: l2
 __global__ void norm_kernel(const float* __restrict__ x, long long ldx, const float* __restrict__ gate, const float* __restrict__ w,
