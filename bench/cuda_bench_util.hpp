@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <string>
 
 #define K3_BENCH_CUDA_TRY(expr)                                                        \
   do {                                                                                 \
@@ -37,5 +38,9 @@ int measure_cuda_ceilings(cuda_ceilings& out);
 /// The KDA prefill table: H = 96, dk = dv = 128, T = 8192 (T = 1024 with `quick`), chunked vs
 /// recurrent, time, TFLOP/s and GB/s against `c`, and the FlashKDA reference point.
 int run_cuda_kda_prefill_table(bool quick, const cuda_ceilings& c);
+
+/// Whole-model steps on the GPU (cuda_model_bench.cpp): prefill of 512 tokens and decode at
+/// batch 1 / 8 / 32 of the checkpoint in `dir`, against the decode floor.
+int run_cuda_model_table(const std::string& dir, bool quick, const cuda_ceilings& c);
 
 } // namespace k3::bench

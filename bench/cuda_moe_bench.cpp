@@ -16,7 +16,7 @@
 
 namespace k3::bench {
 
-int run_cuda_moe_benchmark(bool quick) {
+int run_cuda_moe_benchmark(bool quick, const std::string& model_dir) {
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "k3 bench cuda: no CUDA device visible\n");
     return 2;
@@ -144,7 +144,8 @@ int run_cuda_moe_benchmark(bool quick) {
                     static_cast<void*>(g), static_cast<void*>(be), static_cast<void*>(o)})
       cudaFree(p);
   }
-  return run_cuda_kda_prefill_table(quick, ceil);
+  if (const int rc = run_cuda_kda_prefill_table(quick, ceil); rc != 0) return rc;
+  return model_dir.empty() ? 0 : run_cuda_model_table(model_dir, quick, ceil);
 }
 
 } // namespace k3::bench

@@ -7,8 +7,11 @@
 // vs recurrent, against the measured copy bandwidth and fp32 FMA rate; cuda_bench_util.hpp).
 // Needs a CUDA device; returns 2 without one.
 
+#include <string>
+
 namespace k3::bench {
 
-int run_cuda_moe_benchmark(bool quick);
+/// `model_dir` non-empty: also the whole-model table (run_cuda_model_table).
+int run_cuda_moe_benchmark(bool quick, const std::string& model_dir = {});
 
 } // namespace k3::bench

@@ -21,16 +21,20 @@ if [ ! -x "$B/tests/k3_cuda_tests" ] || [ ! -x "$B/k3" ]; then
   cmake --build "$B" -j"$(nproc)" --target k3_cuda_tests k3
 fi
 echo "== [gpu] tests (CUDA vs CPU references)"
-out=$("$B/tests/k3_cuda_tests" 2>&1) || { echo "$out"; echo "gpu-check: GPU tests FAILED"; exit 1; }
+# A failure does not stop the run: one device session should bring back every number it can.
+fail=0
+out=$("$B/tests/k3_cuda_tests" 2>&1) || { echo "$out" | tail -60; echo "gpu-check: GPU tests FAILED"; fail=1; }
 if grep -q "no CUDA device visible" <<<"$out"; then echo "$out"; echo "gpu-check: tests skipped: no device"; exit 2; fi
 echo "$out" | tail -2
 echo "== k3 bench cuda: MoE layer at K3 dimensions (896 experts x 3 x 3072 x 3584 MXFP4, top-16), KDA decode and prefill"
-"$B/k3" bench cuda
-echo "== end to end: k3 run on the demo checkpoint, CPU vs --device cuda (greedy token ids)"
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
+"$B/k3" make-model --out "$d/bench" --preset bench >/dev/null
+"$B/k3" bench cuda --model "$d/bench" || { echo "gpu-check: k3 bench cuda FAILED"; fail=1; }
+echo "== end to end: k3 run on the demo checkpoint, CPU vs --device cuda (greedy token ids)"
 "$B/k3" make-model --out "$d/m" >/dev/null
 cpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids 2>/dev/null)
-gpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids --device cuda 2>&1 | tail -1)
+gpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids --device cuda 2>&1 | tail -1) || fail=1
 echo "  cpu: $cpu"
 echo "  gpu: $gpu"
+exit $fail

@@ -46,7 +46,7 @@ void usage(FILE* out) {
              "  bench model   --model DIR [--prompt-tokens 512] [--seconds 6]\n"
              "  bench engine  [--quick] [--work-dir DIR]   (actor runtime overhead and throughput)\n"
              "  bench sim     [--quick]   (cluster simulator wall time: simulated requests per second)\n"
-             "  bench cuda    [--quick]   (GPU MoE layer vs the HBM floor, KDA decode/prefill; needs a GPU)\n"
+             "  bench cuda    [--quick] [--model DIR]  (GPU MoE layer vs the HBM floor, KDA decode/prefill, model steps)\n"
              "  bench serve   --url URL [--num-prompts N] [--request-rate R | --max-concurrency C]\n"
              "                [--input-len L] [--output-len M] [--model NAME] [--api-key K]\n"
              "  bench tokenizer --tiktoken FILE --pattern kimi|o200k|cl100k [--text FILE] [--mb N]\n"
@@ -112,9 +112,18 @@ int bench_main(const std::vector<std::string_view>& args) {
     }
   }
   if (!args.empty() && args[0] == "cuda") {
-    const bool quick = args.size() > 1 && args[1] == "--quick";
+    bool quick = false;
+    std::string model_dir;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--quick") quick = true;
+      else if (args[i] == "--model" && i + 1 < args.size()) model_dir = std::string(args[++i]);
+      else {
+        std::fprintf(stderr, "k3 bench cuda: unknown option '%s' (--quick, --model DIR)\n", std::string(args[i]).c_str());
+        return 2;
+      }
+    }
 #ifdef K3_BENCH_CUDA
-    return k3::bench::run_cuda_moe_benchmark(quick);
+    return k3::bench::run_cuda_moe_benchmark(quick, model_dir);
 #else
     (void)quick;
     std::fprintf(stderr, "k3 bench cuda: this build has no CUDA backend (configured with K3_CUDA=OFF or without nvcc)\n");
