@@ -79,6 +79,9 @@ public:
 
   /// Chooses the next token. `logits` is scratch: it is modified in place.
   [[nodiscard]] result sample(std::span<float> logits);
+  /// The uniform sample() would draw for a non-greedy choice, for a sampler that runs elsewhere
+  /// (the CUDA executor's device sampling), so the request's random stream stays the same.
+  [[nodiscard]] double next_uniform() noexcept { return rng_.uniform(); }
 
   [[nodiscard]] const params& parameters() const noexcept { return p_; }
 

@@ -4,13 +4,17 @@
 #include <exception>
 
 #include "kernels/cuda/forward_ops.cuh"
+#include "kernels/cuda/sampling.cuh"
 
 namespace k3::gpu {
 namespace {
 
-bool device_greedy(const sampling::params& p) {
-  return p.temperature == 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f &&
-         p.top_logprobs == 0;
+enum class row_kind { none, device_greedy, device_sampled, host };
+
+row_kind classify(const sampling::params& p) {
+  const bool plain = p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.top_logprobs == 0;
+  if (!plain) return row_kind::host;
+  return p.temperature == 0.0f || p.top_k == 1 ? row_kind::device_greedy : row_kind::device_sampled;
 }
 
 } // namespace
@@ -65,7 +69,24 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
     const auto E = entries_.size();
     const auto vocab = static_cast<std::size_t>(m_.config().vocab);
     cudaStream_t s = m_.stream();
-    // Device arg-max for every row (cheap next to the head GEMM); host rows copied as needed.
+    // Three kinds of sampled rows: greedy → device arg-max (computed for every row: cheap next
+    // to the head GEMM); temperature/top-k/top-p/min-p → device sampling with the request's own
+    // uniform; penalties or top-logprobs → the logits row to the host sampler.
+    std::vector<row_kind> kind(E, row_kind::none);
+    std::vector<std::int32_t> dev_rows;
+    std::vector<cuda::sample_params> dev_params;
+    std::size_t host_rows = 0;
+    for (std::size_t i = 0; i < E; ++i) {
+      const auto& e = plan.entries[i];
+      if (!e.sample) continue;
+      kind[i] = classify(e.sampler->parameters());
+      if (kind[i] == row_kind::host) ++host_rows;
+      if (kind[i] == row_kind::device_sampled) {
+        const auto& sp = e.sampler->parameters();
+        dev_rows.push_back(static_cast<std::int32_t>(i));
+        dev_params.push_back({sp.temperature, sp.top_k, sp.top_p, sp.min_p, e.sampler->next_uniform()});
+      }
+    }
     if (E > ids_cap_) {
       ids_dev_ = device_alloc(E * 8 * 2, "cudaMalloc(sampled ids)");
       ids_host_ = pinned_alloc(E * 8 * 2, "cudaMallocHost(sampled ids)");
@@ -75,17 +96,41 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
     auto* lp_d = reinterpret_cast<float*>(ids_d + ids_cap_);
     check(cuda::argmax_rows(m_.logits(), static_cast<int>(E), static_cast<int>(vocab), ids_d, lp_d, s));
     check(cudaMemcpyAsync(ids_host_.get(), ids_dev_.get(), ids_cap_ * 8, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync(ids)");
-    std::size_t host_rows = 0;
-    for (const auto& e : plan.entries)
-      if (e.sample && !device_greedy(e.sampler->parameters())) ++host_rows;
+    const std::size_t D = dev_rows.size();
+    if (D > 0) {
+      if (!sample_ws_ || static_cast<std::size_t>(sample_ws_->max_rows) < D) {
+        sample_ws_ = std::make_unique<cuda::sample_workspace>(static_cast<int>(D * 2), static_cast<int>(vocab));
+        sample_mem_ = device_alloc(sample_ws_->bytes(), "cudaMalloc(sampling)");
+        sample_ws_->bind(sample_mem_.get());
+        // Row ids and parameters up, compact logits, then ids and log-probabilities down.
+        const std::size_t cap = D * 2;
+        samp_host_ = pinned_alloc(cap * (sizeof(std::int32_t) + sizeof(cuda::sample_params) + 8), "cudaMallocHost(sampling)");
+        samp_dev_ = device_alloc(cap * (sizeof(std::int32_t) + sizeof(cuda::sample_params) + 8) + cap * vocab * 4, "cudaMalloc(sampling rows)");
+      }
+      const std::size_t cap = static_cast<std::size_t>(sample_ws_->max_rows);
+      char* hb = static_cast<char*>(samp_host_.get());
+      char* db = static_cast<char*>(samp_dev_.get());
+      const std::size_t params_at = 0, rows_at = cap * sizeof(cuda::sample_params), out_at = rows_at + cap * 4,
+                        logits_at = out_at + cap * 8;
+      std::memcpy(hb + params_at, dev_params.data(), D * sizeof(cuda::sample_params));
+      std::memcpy(hb + rows_at, dev_rows.data(), D * 4);
+      check(cudaMemcpyAsync(db, hb, out_at, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(sampling params)");
+      auto* compact = reinterpret_cast<float*>(db + logits_at);
+      check(cuda::gather_rows(m_.logits(), static_cast<int>(vocab), reinterpret_cast<const std::int32_t*>(db + rows_at), static_cast<int>(D),
+                              compact, s));
+      auto* out_ids = reinterpret_cast<std::int32_t*>(db + out_at);
+      auto* out_lp = reinterpret_cast<float*>(db + out_at + cap * 4);
+      check(cuda::sample_rows(compact, static_cast<int>(D), reinterpret_cast<const cuda::sample_params*>(db + params_at), *sample_ws_,
+                              out_ids, out_lp, s));
+      check(cudaMemcpyAsync(hb + out_at, db + out_at, cap * 8, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync(sampled)");
+    }
     if (host_rows > rows_cap_) {
       rows_host_ = pinned_alloc(host_rows * vocab * 4, "cudaMallocHost(logits rows)");
       rows_cap_ = host_rows;
     }
     std::size_t k = 0;
     for (std::size_t i = 0; i < E; ++i) {
-      const auto& e = plan.entries[i];
-      if (!e.sample || device_greedy(e.sampler->parameters())) continue;
+      if (kind[i] != row_kind::host) continue;
       check(cudaMemcpyAsync(static_cast<float*>(rows_host_.get()) + k++ * vocab, m_.logits() + i * vocab, vocab * 4,
                             cudaMemcpyDeviceToHost, s),
             "cudaMemcpyAsync(logits row)");
@@ -96,21 +141,33 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
     for (std::size_t x = 0; x < num_experts_; ++x) totals_[x].store(tot[x], std::memory_order_relaxed);
     const auto* ids_h = static_cast<const std::int32_t*>(ids_host_.get());
     const auto* lp_h = reinterpret_cast<const float*>(ids_h + ids_cap_);
+    const std::size_t cap = sample_ws_ ? static_cast<std::size_t>(sample_ws_->max_rows) : 0;
+    const char* sampled = samp_host_ ? static_cast<const char*>(samp_host_.get()) + cap * (sizeof(cuda::sample_params) + 4) : nullptr;
     k = 0;
+    std::size_t d = 0;
     for (std::size_t i = 0; i < E; ++i) {
-      const auto& e = plan.entries[i];
-      if (!e.sample) continue;
-      if (device_greedy(e.sampler->parameters())) {
+      switch (kind[i]) {
+      case row_kind::none: break;
+      case row_kind::device_greedy:
         r.tokens.push_back(ids_h[i]);
         r.logprobs.push_back(lp_h[i]);
         r.tops.emplace_back();
-      } else {
+        break;
+      case row_kind::device_sampled:
+        r.tokens.push_back(reinterpret_cast<const std::int32_t*>(sampled)[d]);
+        r.logprobs.push_back(reinterpret_cast<const float*>(sampled + cap * 4)[d]);
+        r.tops.emplace_back();
+        ++d;
+        break;
+      case row_kind::host: {
         const float* row = static_cast<const float*>(rows_host_.get()) + k++ * vocab;
         row_.assign(row, row + vocab);
-        auto res = e.sampler->sample(row_);
+        auto res = plan.entries[i].sampler->sample(row_);
         r.tokens.push_back(res.token);
         r.logprobs.push_back(res.logprob);
         r.tops.push_back(std::move(res.top));
+        break;
+      }
       }
     }
   } catch (const std::exception& ex) {

@@ -5,6 +5,9 @@
 //
 //   greedy rows without penalties or top-logprobs   arg-max and its raw log-probability on
 //                                                   the device; only ids and floats come back
+//   temperature / top-k / top-p / min-p rows        sampled on the device (kernels/cuda/
+//   without penalties or top-logprobs               sampling.cuh) with the uniform the request's
+//                                                   sampler draws, so its random stream is kept
 //   every other row                                 its logits row is copied to pinned host
 //                                                   memory and sampled by the request's own
 //                                                   sampler (identical semantics to the CPU)
@@ -20,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cuda/sampling.cuh"
 #include "runtime/cuda/cuda_model.hpp"
 #include "runtime/engine/executor.hpp"
 
@@ -53,6 +57,8 @@ private:
   std::shared_ptr<void> ids_dev_, ids_host_; // argmax ids + logprobs [rows] (device / pinned)
   std::shared_ptr<void> rows_host_;          // pinned logits rows for host sampling
   std::size_t ids_cap_ = 0, rows_cap_ = 0;
+  std::unique_ptr<cuda::sample_workspace> sample_ws_; // device sampling (temperature / top-k / top-p / min-p)
+  std::shared_ptr<void> sample_mem_, samp_host_, samp_dev_;
   std::vector<float> row_;
   std::unique_ptr<std::atomic<std::int64_t>[]> totals_;
   std::size_t num_experts_ = 0;

@@ -144,23 +144,28 @@ TEST_CASE("cuda executor: greedy tokens on the device, sampled rows on the host,
   gpu_fixture fx(model::family::kimi_k3, "gpu_exec");
   const auto& c = fx.cpu->config();
   test::rng r(9);
-  const auto p1 = tokens(r, 12, c.vocab), p2 = tokens(r, 7, c.vocab);
+  const auto p1 = tokens(r, 12, c.vocab), p2 = tokens(r, 7, c.vocab), p3 = tokens(r, 9, c.vocab);
   sampling::params greedy;
   greedy.temperature = 0.f;
   sampling::params hot;
   hot.temperature = 0.8f;
   hot.top_p = 0.9f;
   hot.top_logprobs = 3;
-  sampling::sampler sg(greedy, 1), sh(hot, 2);
+  sampling::params warm; // no penalties, no top-logprobs: sampled on the device
+  warm.temperature = 0.9f;
+  warm.top_k = 20;
+  warm.top_p = 0.95f;
+  sampling::sampler sg(greedy, 1), sh(hot, 2), sw(warm, 3), sw_cpu(warm, 3);
   engine::batch_plan plan;
   plan.step = 1;
   plan.entries.push_back({1, fx.kv->allocate(1, 12), p1, 0, true, &sg});
   plan.entries.push_back({2, fx.kv->allocate(2, 7), p2, 0, true, &sh});
+  plan.entries.push_back({5, fx.kv->allocate(5, 9), p3, 0, true, &sw});
   const auto res = fx.ex->run(plan);
   INFO(res.message);
   REQUIRE(res.error == engine::errc::none);
-  REQUIRE(res.tokens.size() == 2);
-  const auto logits = device_logits(*fx.ex, 2);
+  REQUIRE(res.tokens.size() == 3);
+  const auto logits = device_logits(*fx.ex, 3);
   const auto* row0 = logits.data();
   CHECK(res.tokens[0] == std::max_element(row0, row0 + c.vocab) - row0);
   const std::vector<std::int32_t> pick{res.tokens[0]};
@@ -168,6 +173,12 @@ TEST_CASE("cuda executor: greedy tokens on the device, sampled rows on the host,
   CHECK(res.tops[1].size() == 3); // the host sampler reported top-logprobs
   CHECK(res.tokens[1] >= 0);
   CHECK(res.tokens[1] < c.vocab);
+  // The device-sampled row draws what the CPU sampler with the same seed draws from these logits.
+  std::vector<float> row2(logits.begin() + 2 * c.vocab, logits.begin() + 3 * c.vocab);
+  const auto cpu_pick = sw_cpu.sample(row2);
+  CHECK(res.tokens[2] == cpu_pick.token);
+  CHECK(std::abs(res.logprobs[2] - cpu_pick.logprob) < 1e-4);
+  CHECK(res.tops[2].empty());
   // A token outside the vocabulary: a step error naming it, states untouched.
   const std::vector<std::int32_t> bad{c.vocab + 5};
   engine::batch_plan badp;
