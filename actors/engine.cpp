@@ -128,6 +128,7 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
     } else {
       gpu::cuda_model_options go;
       go.device = dev;
+      go.decode_graphs = gpu::decode_graphs_enabled();
       auto cx = std::make_shared<gpu::cuda_executor>(*p->m, go);
       pool_alloc = cx->pool_allocator();
       if (!o.kv_memory_bytes_explicit) kv_bytes = cx->kv_budget(o.gpu_memory_utilization, reserve);

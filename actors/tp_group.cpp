@@ -44,6 +44,7 @@ tp_rank_actor::behavior_type rank_fun(tp_rank_actor::stateful_pointer<rank_state
           o.progress = rank == 0 ? -1 : 0;
           o.tp = {rank, nranks};
           o.comm = s.comm.get();
+          o.decode_graphs = gpu::decode_graphs_enabled();
           if (rank > 0) o.pools = s.pools;
           s.ex = std::make_shared<gpu::cuda_executor>(*s.m, o);
           if (rank == 0) s.ex->set_tp_lead();

@@ -33,6 +33,8 @@ public:
   blas(const blas&) = delete;
   blas& operator=(const blas&) = delete;
 
+  /// Growth of the bf16 scratch bumps *generation (CUDA graphs recorded over it are stale).
+  void track(std::uint64_t* generation) noexcept { xb_.track(generation); }
   void matmul(const dmat& W, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
   void matmul(const dmat32& W, const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy);
 

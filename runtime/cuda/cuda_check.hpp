@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -44,13 +45,16 @@ inline std::shared_ptr<void> pinned_alloc(std::size_t bytes, const char* what) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
 
-/// A grow-only device buffer (scratch that keeps its largest size).
+/// A grow-only device buffer (scratch that keeps its largest size). Growth moves it, so an
+/// owner that records CUDA graphs passes a generation counter that every growth bumps.
 class device_scratch {
 public:
+  void track(std::uint64_t* generation) noexcept { generation_ = generation; }
   void* get(std::size_t bytes) {
     if (bytes > size_) {
       mem_ = device_alloc(bytes, "cudaMalloc(scratch)"); // cudaFree syncs with prior work using it
       size_ = bytes;
+      if (generation_) ++*generation_;
     }
     return mem_.get();
   }
@@ -62,6 +66,7 @@ public:
 private:
   std::shared_ptr<void> mem_;
   std::size_t size_ = 0;
+  std::uint64_t* generation_ = nullptr;
 };
 
 } // namespace k3::gpu

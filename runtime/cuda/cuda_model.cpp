@@ -3,6 +3,7 @@
 #include "runtime/cuda/cuda_model.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <stdexcept>
@@ -106,10 +107,16 @@ void validate(const model::model_config& c, std::span<const model::batch_entry> 
 
 } // namespace
 
+bool decode_graphs_enabled() noexcept {
+  const char* v = std::getenv("K3_CUDA_GRAPHS");
+  return !(v && std::string(v) == "0");
+}
+
 cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
     : c_(m.config()), tp_size_(o.tp.size), comm_(o.comm), pools_(o.pools), round_expert_outputs_(!m.options().exact_fp32),
       device_(o.device) {
   if (o.tp.size > 1 && !o.comm) throw std::invalid_argument("tensor parallelism needs the group's NCCL communicator");
+  decode_graphs_ = o.decode_graphs;
 #if !K3_HAVE_NCCL
   if (o.tp.size > 1) throw std::invalid_argument("--tensor-parallel-size > 1 needs NCCL, which this build does not have");
 #endif
@@ -127,7 +134,9 @@ cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
   c_.kda_heads /= o.tp.size; // rank-local heads (upload checked divisibility)
   if (c_.mla_heads % o.tp.size == 0) c_.mla_heads /= o.tp.size;
   blas_ = std::make_unique<blas>(stream_);
+  blas_->track(&generation_);
   st_ = std::make_unique<staging>();
+  for (auto& b : st_->bufs) b.track(&generation_);
   check(cudaEventCreateWithFlags(&st_->copied, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventCreateWithFlags(&st_->copied_ar, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventCreateWithFlags(&st_->reduced, cudaEventDisableTiming), "cudaEventCreate");
@@ -138,6 +147,7 @@ cuda_model::cuda_model(const model::model& m, const cuda_model_options& o)
 cuda_model::~cuda_model() {
   if (stream_) {
     cudaStreamSynchronize(stream_);
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
     if (st_ && st_->copied) cudaEventDestroy(st_->copied);
     if (st_ && st_->copied_ar) cudaEventDestroy(st_->copied_ar);
     if (st_ && st_->reduced) cudaEventDestroy(st_->reduced);
@@ -191,7 +201,6 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream_, &cap), "cudaStreamIsCapturing");
   const bool capturing = cap != cudaStreamCaptureStatusNone;
-  const std::int64_t Hd = c_.hidden;
   s.off.clear(), s.len.clear(), s.pos0.clear(), s.seq.clear();
   s.n = 0;
   for (const auto& be : batch) {
@@ -205,6 +214,16 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
   const auto E = static_cast<std::int64_t>(batch.size());
   if (n == 0) return;
   const int num_kda = c_.num_kda_layers(), num_mla = c_.num_layers - num_kda;
+  // Decode-only batches replay a CUDA graph per (entries, table capacity): the staging layout
+  // must then depend on nothing else, so block tables get a power-of-two capacity.
+  const bool graph = decode_graphs_ && !capturing && n == E;
+  std::int64_t table_cap = 0;
+  if (graph && num_mla > 0) {
+    std::int64_t most = 1;
+    for (const auto* q : s.seq) most = std::max<std::int64_t>(most, static_cast<std::int64_t>(q->mla_blocks[0].size()));
+    table_cap = 1;
+    while (table_cap < most) table_cap *= 2;
+  }
 
   // ---- staging: everything the kernels index, in one buffer --------------------------------
   s.host.clear();
@@ -234,7 +253,7 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
             tab[static_cast<std::size_t>(l)][nb - 1] - tab[0][nb - 1] != s.layer_offset * l)
           throw std::invalid_argument("sequence cache blocks are not laid out at a fixed per-layer stride");
       }
-      s.seq_table_at[static_cast<std::size_t>(e)] = s.take(nb);
+      s.seq_table_at[static_cast<std::size_t>(e)] = s.take(table_cap > 0 ? static_cast<std::size_t>(table_cap) : nb);
     }
   }
   {
@@ -269,11 +288,13 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
   if (words > s.device_words) {
     s.device = device_alloc(words * 8 * 2, "cudaMalloc(step staging)");
     s.device_words = words * 2;
+    ++generation_;
   }
   if (words > s.pinned_words) {
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); // the old buffer may still be in flight
     s.pinned = pinned_alloc(words * 8 * 2, "cudaMallocHost(step staging)");
     s.pinned_words = words * 2;
+    ++generation_;
   }
   s.dev_base = static_cast<std::uint64_t*>(s.device.get());
   if (num_mla > 0)
@@ -282,23 +303,6 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
       s.host[s.entry_table_at + e] = table;
       for (std::int64_t i = 0; i < s.len[e]; ++i) s.host[s.tok_table_at + s.off[e] + i] = table;
     }
-  // The pinned buffer is reused every step: wait until the previous upload has read it (free
-  // when the executor synchronised after that step; steps enqueued back to back wait here).
-  if (!capturing) check(cudaEventSynchronize(s.copied), "cudaEventSynchronize(staging)");
-  std::memcpy(s.pinned.get(), s.host.data(), words * 8);
-  check(cudaMemcpyAsync(s.device.get(), s.pinned.get(), words * 8, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(staging)");
-  if (!capturing) check(cudaEventRecord(s.copied, stream_), "cudaEventRecord(staging)");
-
-  // A sequence at position 0 starts from zero state (recycled slots need no clearing).
-  for (std::int64_t e = 0; e < E; ++e)
-    if (s.pos0[e] == 0) {
-      const auto* seq = s.seq[e];
-      for (std::size_t l = 0; l < seq->kda.size(); ++l) {
-        check(cudaMemsetAsync(local(seq->kda[l]), 0, seq->kda_state_floats() * 4, stream_), "cudaMemsetAsync(KDA state)");
-        check(cudaMemsetAsync(local(seq->conv[l]), 0, seq->conv_state_floats() * 4, stream_), "cudaMemsetAsync(conv state)");
-      }
-    }
-
   // Expert-count read-back buffer for this step (a previous step's ids not yet counted are
   // counted first, so enqueuing steps back to back loses none).
   if (c_.num_experts > 0 && s.counted_n > 0 && !capturing) {
@@ -311,9 +315,73 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
       check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       s.ids_host = pinned_alloc(need * 2, "cudaMallocHost(router ids)");
       s.ids_host_bytes = need * 2;
+      ++generation_;
     }
     s.counted_n = n;
   }
+  // The pinned buffer is reused every step: wait until the previous upload has read it (free
+  // when the executor synchronised after that step; steps enqueued back to back wait here).
+  if (!capturing) check(cudaEventSynchronize(s.copied), "cudaEventSynchronize(staging)");
+  std::memcpy(s.pinned.get(), s.host.data(), words * 8);
+  if (!graph) {
+    enqueue(words);
+  } else {
+    // First sight of a shape runs eagerly (it sizes every buffer); the second records the
+    // graph; then replays. A buffer that grew since a recording makes it stale.
+    const std::pair<std::int64_t, std::int64_t> key{E, table_cap};
+    auto it = graphs_.find(key);
+    if (it != graphs_.end() && it->second.generation != generation_) {
+      cudaGraphExecDestroy(it->second.exec);
+      graphs_.erase(it);
+      it = graphs_.end();
+    }
+    if (it != graphs_.end()) {
+      check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch(decode step)");
+    } else if (!warmed_.insert(key).second) {
+      const std::uint64_t before = generation_;
+      cudaGraph_t g = nullptr;
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+      try {
+        enqueue(words);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      if (inst != cudaSuccess || generation_ != before) { // nothing ran yet: run it eagerly
+        if (exec) cudaGraphExecDestroy(exec);
+        cudaGetLastError();
+        enqueue(words);
+      } else {
+        graphs_[key] = {exec, generation_};
+        check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch(decode step)");
+      }
+    } else {
+      enqueue(words);
+    }
+  }
+  if (!capturing) check(cudaEventRecord(s.copied, stream_), "cudaEventRecord(staging)");
+  if (advance)
+    for (std::int64_t e = 0; e < E; ++e) s.seq[e]->pos = s.pos0[e] + s.len[e];
+}
+
+void cuda_model::enqueue(std::size_t words) {
+  auto& s = *st_;
+  const std::int64_t Hd = c_.hidden, n = s.n, E = static_cast<std::int64_t>(s.off.size());
+  check(cudaMemcpyAsync(s.device.get(), s.pinned.get(), words * 8, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(staging)");
+  // A sequence at position 0 starts from zero state (recycled slots need no clearing).
+  for (std::int64_t e = 0; e < E; ++e)
+    if (s.pos0[e] == 0) {
+      const auto* seq = s.seq[e];
+      for (std::size_t l = 0; l < seq->kda.size(); ++l) {
+        check(cudaMemsetAsync(local(seq->kda[l]), 0, seq->kda_state_floats() * 4, stream_), "cudaMemsetAsync(KDA state)");
+        check(cudaMemsetAsync(local(seq->conv[l]), 0, seq->conv_state_floats() * 4, stream_), "cudaMemsetAsync(conv state)");
+      }
+    }
 
   // ---- layers ---------------------------------------------------------------------------------
   float* x = s.get(staging::x, n * Hd);
@@ -368,8 +436,6 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
   check(cuda::rms_norm(h, w_->final_norm, c_.rms_eps, static_cast<int>(E), static_cast<int>(Hd), h, stream_));
   logits_ = s.get(staging::logits, E * c_.vocab);
   blas_->matmul(w_->head, h, Hd, E, logits_, c_.vocab);
-  if (advance)
-    for (std::int64_t e = 0; e < E; ++e) s.seq[e]->pos = s.pos0[e] + s.len[e];
 }
 
 void cuda_model::kda_layer(const d_kda& w, int slot, const float* x, float* out) {

@@ -25,6 +25,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <vector>
@@ -53,7 +55,15 @@ struct cuda_model_options {
   tp_slice tp;
   nccl_comm* comm = nullptr;
   std::shared_ptr<const std::vector<pool_map>> pools; ///< ranks > 0: where rank 0's pool pointers map
+  /// Replay decode-only steps as CUDA graphs, one per (entries, block-table capacity): the
+  /// first step of a shape runs eagerly, the second records, later ones replay (a step of a
+  /// K3 layer is ~60 launches; a graph is one).
+  bool decode_graphs = false;
 };
+
+/// Decode graphs are on unless the environment says K3_CUDA_GRAPHS=0 (a switch for debugging
+/// a first run on new hardware).
+[[nodiscard]] bool decode_graphs_enabled() noexcept;
 
 class cuda_model {
 public:
@@ -72,7 +82,8 @@ public:
   /// Enqueues one batch; afterwards logits() holds [entries, vocab] (each entry's last token)
   /// once the stream reaches that point. Advances every entry's pos. Validates like
   /// model::step (std::invalid_argument / std::length_error, states untouched).
-  /// CUDA graphs: step() may run while stream() is being captured (cudaStreamCaptureModeRelaxed)
+  /// CUDA graphs: with decode_graphs, decode-only steps replay recorded graphs (see the option).
+  /// Independently, step() may run while stream() is being captured (cudaStreamCaptureModeRelaxed)
   /// after an eager step of the same batch shape sized the buffers; the graph then replays the
   /// whole step (staging upload included, read from the pinned buffer at launch time). pos is
   /// advanced at capture time only; replays leave it to the caller.
@@ -96,6 +107,7 @@ private:
   void mlp_layer(const d_mlp& w, const float* x, std::int64_t n, float* out);
   void moe_layer(const d_moe& w, int slot, const float* x, float* out);
   void all_reduce(float* buf, std::int64_t count); // no-op without tensor parallelism
+  void enqueue(std::size_t staging_words);           // the step's stream work (what a graph records)
   template <class T>
   [[nodiscard]] T* local(T* p) const noexcept {
     if (!pools_) return p;
@@ -116,6 +128,14 @@ private:
   std::unique_ptr<blas> blas_;
   std::unique_ptr<staging> st_;
   float* logits_ = nullptr;
+  bool decode_graphs_ = false;
+  std::uint64_t generation_ = 0; ///< bumped when any buffer a graph refers to moves
+  struct recorded {
+    cudaGraphExec_t exec = nullptr;
+    std::uint64_t generation = 0;
+  };
+  std::map<std::pair<std::int64_t, std::int64_t>, recorded> graphs_;
+  std::set<std::pair<std::int64_t, std::int64_t>> warmed_;
   std::vector<std::int64_t> expert_totals_;
 };
 
