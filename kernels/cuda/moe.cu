@@ -5,6 +5,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/scratch_layout.cuh"
 #include "kernels/cuda/mxfp4_device.cuh"
 
 namespace k3::cuda {
@@ -142,8 +143,6 @@ __global__ void combine_kernel(const float* __restrict__ out, const std::int32_t
   y[i] = s;
 }
 
-std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
-
 } // namespace
 
 moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inter_, int width_)
@@ -157,12 +156,8 @@ moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inte
   cub::DeviceSelect::Flagged(nullptr, select_bytes, thrust::counting_iterator<std::int32_t>(0), static_cast<const std::int32_t*>(nullptr),
                              static_cast<std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), static_cast<int>(n));
   cub_bytes = std::max(sort_bytes, select_bytes);
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t o = at;
-    at += align256(bytes);
-    return o;
-  };
+  detail::scratch_layout lay;
+  auto take = [&lay](std::size_t bytes) { return lay.take(bytes); };
   off_keys_in = take(n * 4);
   off_keys = take(n * 4);
   off_pairs_in = take(n * 4);
@@ -174,7 +169,7 @@ moe_workspace::moe_workspace(int max_tokens_, int top_k_, int experts_, int inte
   off_h = take(n * static_cast<std::size_t>(inter) * 4);
   off_out = take(n * static_cast<std::size_t>(width) * 4);
   off_cub = take(cub_bytes);
-  total_ = at;
+  total_ = lay.total;
 }
 
 status moe_routed_experts(const float* x, const std::int32_t* ids, const float* weights, int tokens, const moe_weights& w,

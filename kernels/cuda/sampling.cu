@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/scratch_layout.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -134,8 +135,6 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const float* __restric
   }
 }
 
-std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
-
 } // namespace
 
 sample_workspace::sample_workspace(int rows, int v) : max_rows(rows), vocab(v) {
@@ -144,18 +143,14 @@ sample_workspace::sample_workspace(int rows, int v) : max_rows(rows), vocab(v) {
                                                      static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr),
                                                      static_cast<int>(n), rows, static_cast<const int*>(nullptr),
                                                      static_cast<const int*>(nullptr));
-  std::size_t at = 0;
-  auto take = [&](std::size_t b) {
-    const std::size_t o = at;
-    at += align256(b);
-    return o;
-  };
+  detail::scratch_layout lay;
+  auto take = [&lay](std::size_t bytes) { return lay.take(bytes); };
   off_keys = take(n * 4);
   off_ids_in = take(n * 4);
   off_ids = take(n * 4);
   off_offsets = take((static_cast<std::size_t>(rows) + 1) * 4);
   off_cub = take(cub_bytes);
-  total_ = at;
+  total_ = lay.total;
 }
 
 status sample_rows(const float* logits, int rows, const sample_params* params, sample_workspace& ws, std::int32_t* ids, float* logprobs,

@@ -11,12 +11,6 @@
 #include <string>
 
 #include "kernels/cuda/forward_ops.cuh"
-#include "kernels/cuda/kda_decode.cuh"
-#include "kernels/cuda/kda_ops.cuh"
-#include "kernels/cuda/kda_prefill.cuh"
-#include "kernels/cuda/mla_decode.cuh"
-#include "kernels/cuda/mla_prefill.cuh"
-#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/ops.cuh"
 #if K3_HAVE_NCCL
 #include "runtime/cuda/nccl_comm.hpp"
