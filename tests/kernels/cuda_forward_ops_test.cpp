@@ -24,26 +24,7 @@ namespace {
 using k3::test::to_device;
 using k3::test::to_host;
 
-struct owned {
-  std::vector<void*> p;
-  template <class T>
-  T* put(const std::vector<T>& v) {
-    T* d = to_device(v);
-    p.push_back(d);
-    return d;
-  }
-  template <class T>
-  T* poisoned(std::size_t n) {
-    void* d = nullptr;
-    REQUIRE(cudaMalloc(&d, std::max<std::size_t>(16, n * sizeof(T))) == cudaSuccess);
-    REQUIRE(cudaMemset(d, 0xFF, n * sizeof(T)) == cudaSuccess);
-    p.push_back(d);
-    return static_cast<T*>(d);
-  }
-  ~owned() {
-    for (void* x : p) cudaFree(x);
-  }
-};
+using owned = k3::test::device_arena;
 
 double rel(const std::vector<float>& a, const std::vector<float>& b) {
   return k3::test::rel_rmse(std::span<const float>(a), std::span<const float>(b));

@@ -59,18 +59,7 @@ inputs make_inputs(k3::test::rng& r, const problem& p) {
   return in;
 }
 
-struct device_batch {
-  std::vector<void*> owned;
-  template <class T> T* put(const std::vector<T>& v) {
-    T* d = to_device(v);
-    owned.push_back(d);
-    return d;
-  }
-  ~device_batch() {
-    for (void* p : owned)
-      cudaFree(p);
-  }
-};
+using device_batch = k3::test::device_arena;
 
 // CPU oracle: chunked per sequence on its own state (states advance in place).
 void cpu_prefill(const problem& p, const inputs& in, const std::vector<long long>& cu,
@@ -168,10 +157,7 @@ TEST_CASE("cuda kda prefill split anywhere then decode equals one CPU prefill", 
     const bool bf = dtype == k3::cuda::state_dtype::bf16;
     INFO("state " << (bf ? "bf16" : "fp32"));
     device_batch db;
-    void* state = nullptr;
-    REQUIRE(cudaMalloc(&state, st * 4) == cudaSuccess);
-    db.owned.push_back(state);
-    REQUIRE(cudaMemset(state, 0, st * 4) == cudaSuccess); // zero is zero in both dtypes
+    void* state = db.put(std::vector<float>(st, 0.f)); // st·4 bytes of zeros: zero in both dtypes
     void** states = db.put(std::vector<void*>{state});
     const float *dq = db.put(in.q), *dk = db.put(in.k), *dv = db.put(in.v), *dg = db.put(in.g),
                 *dbeta = db.put(in.beta);

@@ -36,4 +36,34 @@ std::vector<T> to_host(const T* p, std::size_t n) {
   return v;
 }
 
+/// Device buffers a test makes, freed together when it ends (also on a failed REQUIRE).
+class device_arena {
+public:
+  device_arena() = default;
+  device_arena(const device_arena&) = delete;
+  device_arena& operator=(const device_arena&) = delete;
+  ~device_arena() {
+    for (void* p : owned_) cudaFree(p);
+  }
+  /// A device copy of v.
+  template <class T>
+  T* put(const std::vector<T>& v) {
+    T* d = to_device(v);
+    owned_.push_back(d);
+    return d;
+  }
+  /// n elements of device memory filled with 0xFF bytes (NaN for floats): outputs start poisoned.
+  template <class T>
+  T* poisoned(std::size_t n) {
+    void* d = nullptr;
+    REQUIRE(cudaMalloc(&d, std::max<std::size_t>(16, n * sizeof(T))) == cudaSuccess);
+    owned_.push_back(d);
+    REQUIRE(cudaMemset(d, 0xFF, n * sizeof(T)) == cudaSuccess);
+    return static_cast<T*>(d);
+  }
+
+private:
+  std::vector<void*> owned_;
+};
+
 } // namespace k3::test
