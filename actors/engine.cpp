@@ -222,6 +222,8 @@ submit_result llm_engine::submit(std::vector<std::int32_t> prompt, const generat
   actors::request_options ro;
   ro.id = out.id;
   ro.stop_strings = gp.stop;
+  ro.skip_special_tokens = gp.skip_special_tokens;
+  ro.structural_ids = gp.structural_ids;
   ro.tokenizer = p.tok;
   ro.sink = std::move(sink);
   auto client = actors::spawn_request(p.sys, std::move(ro), p.sched);
@@ -251,6 +253,8 @@ submit_result llm_engine::submit_chat(const std::string& user_text, const genera
 }
 
 void llm_engine::cancel(engine::request_id id) { caf::anon_send(impl_->sched, actors::cancel_atom::value, id); }
+
+void llm_engine::stop_requests() { caf::anon_send_exit(impl_->sched, caf::exit_reason::user_shutdown); }
 
 actors::engine_stats llm_engine::stats() {
   actors::engine_stats s;

@@ -1,5 +1,7 @@
 #include "actors/request_actor.hpp"
 
+#include <algorithm>
+
 #include "runtime/tokenizer/detokenizer.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
@@ -34,8 +36,13 @@ request_actor::behavior_type request_fun(request_actor::stateful_pointer<request
                                          scheduler_actor sched) {
   self->state.opt = std::move(opt);
   self->state.sched = sched;
-  if (self->state.opt.tokenizer)
-    self->state.dec = std::make_unique<tok::incremental_decoder>(self->state.opt.tokenizer->bpe());
+  if (const auto& t = self->state.opt.tokenizer) {
+    std::vector<std::int32_t> silent = self->state.opt.structural_ids;
+    if (self->state.opt.skip_special_tokens)
+      silent.insert(silent.end(), t->skippable_specials().begin(), t->skippable_specials().end());
+    std::sort(self->state.opt.structural_ids.begin(), self->state.opt.structural_ids.end());
+    self->state.dec = std::make_unique<tok::incremental_decoder>(t->bpe(), std::move(silent));
+  }
   return {
       [self](token_atom, const engine::token_event& ev) {
         auto& st = self->state;
@@ -50,8 +57,10 @@ request_actor::behavior_type request_fun(request_actor::stateful_pointer<request
         out.error = ev.error;
         out.message = ev.message;
         if (st.dec) {
+          const bool marker = ev.token >= 0 && std::binary_search(st.opt.structural_ids.begin(),
+                                                                  st.opt.structural_ids.end(), ev.token);
           std::string piece = ev.token >= 0 ? st.dec->push(ev.token) : std::string();
-          if (ev.finished) piece += st.dec->flush();
+          if (ev.finished || marker) piece += st.dec->flush();
           // Text stop sequences: emit only what cannot be the start of a stop string.
           std::string pending = st.text.substr(st.text.size() - st.held) + piece;
           st.text.resize(st.text.size() - st.held);
@@ -63,7 +72,7 @@ request_actor::behavior_type request_fun(request_actor::stateful_pointer<request
               stopped = true;
             }
           }
-          st.held = stopped || ev.finished ? 0 : stop_prefix_len(pending, st.opt.stop_strings);
+          st.held = stopped || ev.finished || marker ? 0 : stop_prefix_len(pending, st.opt.stop_strings);
           // Output boundary: invalid byte sequences (a model can emit any bytes) become U+FFFD, so
           // every sink — JSON on the wire in particular — gets valid UTF-8.
           out.text = utf8::sanitize(pending.substr(0, pending.size() - st.held));

@@ -1,5 +1,7 @@
 #include "net/frontend.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -9,9 +11,14 @@
 
 namespace k3::net {
 
-frontend::frontend(llm_engine& e, server_config c, std::string name)
-    : eng(e), cfg(std::move(c)), served(std::move(name)), k3(e.config().fam == model::family::kimi_k3),
-      resolved_max_model_len(cfg.max_model_len) {}
+frontend::frontend(llm_engine& e, server_config c)
+    : eng(e), cfg(std::move(c)), served(cfg.served_name()), k3(e.config().fam == model::family::kimi_k3),
+      resolved_max_model_len(cfg.max_model_len) {
+  if (served.empty()) {
+    cfg.served_model_names = {"k3"};
+    served = "k3";
+  }
+}
 
 std::string frontend::new_id(const char* prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -23,9 +30,16 @@ std::string frontend::new_id(const char* prefix) {
 
 bool frontend::authorized(std::string_view header) const {
   if (cfg.api_keys.empty()) return true;
-  constexpr std::string_view bearer = "Bearer ";
-  if (header.substr(0, bearer.size()) != bearer) return false;
-  const auto got = header.substr(bearer.size());
+  // RFC 7235: the auth scheme is case-insensitive; one or more spaces follow it.
+  constexpr std::string_view bearer = "bearer";
+  if (header.size() <= bearer.size()) return false;
+  for (std::size_t i = 0; i < bearer.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(header[i])) != bearer[i]) return false;
+  std::size_t at = bearer.size();
+  if (header[at] != ' ') return false;
+  while (at < header.size() && header[at] == ' ') ++at;
+  std::string_view got = header.substr(at);
+  while (!got.empty() && (got.back() == ' ' || got.back() == '\t')) got.remove_suffix(1);
   bool ok = false;
   for (const auto& k : cfg.api_keys) {
     unsigned diff = static_cast<unsigned>(got.size() ^ k.size());
@@ -35,28 +49,53 @@ bool frontend::authorized(std::string_view header) const {
   return ok;
 }
 
+std::vector<std::int32_t> frontend::encode_within(const std::vector<tok::segment>& segs, std::int64_t completion_min,
+                                                  const char* param) {
+  const std::int64_t ctx = max_model_len();
+  const std::int64_t limit = std::max<std::int64_t>(0, ctx - completion_min);
+  std::vector<std::int32_t> ids;
+  if (eng.tokenizer().encode_bounded(segs, static_cast<std::size_t>(limit), ids)) return ids;
+  std::size_t bytes = 0;
+  for (const auto& s : segs) bytes += s.text.size();
+  const auto at_least = std::max<std::int64_t>(static_cast<std::int64_t>(ids.size()),
+                                               static_cast<std::int64_t>(eng.tokenizer().min_tokens(bytes)));
+  throw api_error(400, "This model's maximum context length is " + std::to_string(ctx) +
+                           " tokens. However, your prompt is at least " + std::to_string(at_least) + " tokens (" +
+                           std::to_string(bytes) + " bytes) and at least " + std::to_string(completion_min) +
+                           " more are needed for the completion. Please reduce the prompt.",
+                  param, "context_length_exceeded");
+}
+
 frontend::prepared frontend::prepare(const std::string& target, const json::value& body) {
   prepared p;
   const bool chat = target == "/v1/chat/completions";
   generation_fields g;
   std::int64_t reported_prompt = 0;
+  const std::int64_t ctx = max_model_len();
   if (chat) {
     auto r = parse_chat(body, k3);
-    check_model(r.gen, served);
+    p.setup.model = check_model(r.gen, cfg.served_model_names);
     std::vector<tok::segment> segs;
     try {
       segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
     } catch (const chat::render_error& e) {
       throw api_error(400, e.what(), "messages");
     }
-    p.prompt = eng.tokenizer().encode(segs);
+    // The prompt must leave room for one token; the exact check with max_tokens follows.
+    p.prompt = encode_within(segs, 1, "messages");
     reported_prompt = static_cast<std::int64_t>(p.prompt.size()) - (k3 ? chat::k3_generation_opener_tokens : 0);
     p.setup.thinking = k3 && r.conv.thinking;
+    p.setup.tools_declared = r.has_tools && r.conv.tool_choice != "none";
     g = std::move(r.gen);
   } else {
     auto r = parse_completion(body);
-    check_model(r.gen, served);
-    p.prompt = r.prompt_ids.empty() ? eng.tokenizer().encode(r.prompt, false) : r.prompt_ids;
+    p.setup.model = check_model(r.gen, cfg.served_model_names);
+    if (r.prompt_ids.empty()) {
+      const std::vector<tok::segment> segs{{r.prompt, false}};
+      p.prompt = encode_within(segs, 1, "prompt");
+    } else {
+      p.prompt = std::move(r.prompt_ids);
+    }
     for (std::size_t i = 0; i < p.prompt.size(); ++i)
       if (p.prompt[i] >= eng.config().vocab)
         throw api_error(400, "prompt[" + std::to_string(i) + "]: token id " + std::to_string(p.prompt[i]) +
@@ -65,7 +104,6 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
     reported_prompt = static_cast<std::int64_t>(p.prompt.size());
     g = std::move(r.gen);
   }
-  const std::int64_t ctx = max_model_len();
   const auto n = static_cast<std::int64_t>(p.prompt.size());
   std::int64_t want = g.max_tokens < 0 ? ctx - n : g.max_tokens;
   if (n + std::max<std::int64_t>(want, 1) > ctx)
@@ -73,16 +111,16 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
                          std::to_string(n + std::max<std::int64_t>(want, 1)) + " tokens (" + std::to_string(n) +
                          " in the prompt, " + std::to_string(std::max<std::int64_t>(want, 1)) +
                          " in the completion). Please reduce the prompt or max_tokens.",
-                    g.max_tokens < 0 ? "messages" : "max_tokens", "context_length_exceeded");
+                    g.max_tokens < 0 ? (chat ? "messages" : "prompt") : "max_tokens", "context_length_exceeded");
   p.gp.max_tokens = static_cast<int>(want);
   p.gp.sampling = g.sampling;
   p.gp.seed = g.has_seed ? g.seed : std::random_device{}();
   p.gp.ignore_eos = g.ignore_eos;
   p.gp.stop = g.stop;
+  p.gp.skip_special_tokens = g.skip_special_tokens;
   p.stream = g.stream;
   p.n = g.n;
   p.setup.id = new_id(chat ? "chatcmpl" : "cmpl");
-  p.setup.model = served;
   p.setup.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   p.setup.chat = chat;
   p.setup.k3 = k3;
@@ -93,6 +131,48 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
   return p;
 }
 
+std::string frontend::tokenize_json(const json::value& b) {
+  std::vector<std::int32_t> ids;
+  const std::int64_t ctx = max_model_len();
+  std::int64_t opener = 0; // what chat completions leaves out of prompt_tokens (K3's generation opener)
+  if (const auto* m = b.find("messages"); m && m->k != json::value::kind::null) {
+    auto r = parse_chat(b, k3);
+    std::vector<tok::segment> segs;
+    try {
+      segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
+    } catch (const chat::render_error& e) {
+      throw api_error(400, e.what(), "messages");
+    }
+    ids = encode_within(segs, 0, "messages");
+    if (k3 && r.conv.add_generation_prompt) opener = chat::k3_generation_opener_tokens;
+  } else if (const auto* p = b.find("prompt"); p && p->is_string()) {
+    ids = encode_within({{p->s, false}}, 0, "prompt");
+  } else {
+    throw api_error(400, "prompt: a string prompt or messages is required", "prompt");
+  }
+  std::string arr;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) arr.push_back(',');
+    arr.append(std::to_string(ids[i]));
+  }
+  return "{\"count\":" + std::to_string(ids.size()) + ",\"prompt_tokens\":" +
+         std::to_string(static_cast<std::int64_t>(ids.size()) - opener) + ",\"max_model_len\":" + std::to_string(ctx) +
+         ",\"tokens\":[" + arr + "]}";
+}
+
+std::string frontend::detokenize_json(const json::value& b) {
+  const auto* t = b.find("tokens");
+  if (!t || t->k != json::value::kind::array) throw api_error(400, "tokens: an array of token ids is required", "tokens");
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i < t->items.size(); ++i) {
+    const auto& x = t->items[i];
+    const std::string param = "tokens[" + std::to_string(i) + "]";
+    if (x.k != json::value::kind::integer) throw api_error(400, param + ": must be an integer", param);
+    const long long v = integer_in(x, param, 0, eng.tokenizer().vocab_size() - 1);
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return "{\"prompt\":" + json::quote(eng.tokenizer().decode(ids)) + "}";
+}
 
 api_error frontend::submit_error(const submit_result& r) {
   switch (r.error) {
@@ -105,8 +185,13 @@ api_error frontend::submit_error(const submit_result& r) {
 }
 
 std::string frontend::models_json() const {
-  return "{\"object\":\"list\",\"data\":[{\"id\":" + json::quote(served) + ",\"object\":\"model\",\"created\":0,\"owned_by\":\"k3serve\","
-         "\"root\":" + json::quote(cfg.model) + ",\"parent\":null,\"max_model_len\":" + std::to_string(max_model_len()) + "}]}";
+  std::string data;
+  for (const auto& name : cfg.served_model_names) {
+    if (!data.empty()) data += ",";
+    data += "{\"id\":" + json::quote(name) + ",\"object\":\"model\",\"created\":0,\"owned_by\":\"k3serve\",\"root\":" +
+            json::quote(cfg.model) + ",\"parent\":null,\"max_model_len\":" + std::to_string(max_model_len()) + "}";
+  }
+  return "{\"object\":\"list\",\"data\":[" + data + "]}";
 }
 
 } // namespace k3::net

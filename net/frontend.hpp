@@ -3,7 +3,8 @@
 // request preparation (parse, validate, render the chat, encode, check the context length,
 // fill the engine's generation parameters and the response builder's setup), API-key checks,
 // id generation, error mapping from the engine's vocabulary, the models list, and the
-// server-wide figures. Thread-safe (const tokenizer, atomics, the metrics' own mutex).
+// server-wide figures. Thread-safe (const tokenizer, atomics, the metrics' own mutex):
+// prepare() runs on the preparation pool, never on an HTTP I/O thread.
 
 #include <atomic>
 #include <cstdint>
@@ -11,17 +12,18 @@
 #include <string_view>
 #include <vector>
 
+#include "config/server_config.hpp"
 #include "k3/engine.hpp"
 #include "net/metrics.hpp"
 #include "net/openai_request.hpp"
 #include "net/openai_stream.hpp"
-#include "net/server_config.hpp"
 
 namespace k3::net {
 
 class frontend {
 public:
-  frontend(llm_engine& e, server_config c, std::string name);
+  /// cfg.served_model_names must hold at least one name (start-up fills the default).
+  frontend(llm_engine& e, server_config c);
 
   /// Everything a generation request needs before submit.
   struct prepared {
@@ -31,11 +33,18 @@ public:
     bool stream = false;
     int n = 1;
   };
-  /// `target` is /v1/chat/completions or /v1/completions. Throws api_error.
+  /// `target` is /v1/chat/completions or /v1/completions. Throws api_error. Prompts that cannot
+  /// fit max_model_len are refused from their byte length before any encoding, and encoding
+  /// stops as soon as the token count is over the limit.
   [[nodiscard]] prepared prepare(const std::string& target, const json::value& body);
+  /// POST /tokenize: the same rendering and encoding as prepare() (prompt_tokens agree).
+  [[nodiscard]] std::string tokenize_json(const json::value& body);
+  /// POST /detokenize.
+  [[nodiscard]] std::string detokenize_json(const json::value& body);
   /// chatcmpl-… / cmpl-… ids, unique per process.
   [[nodiscard]] std::string new_id(const char* prefix);
-  /// Constant-time comparison of a bearer token against every configured key.
+  /// The Authorization header carries `Bearer <key>` (scheme case-insensitive) for a
+  /// configured key; constant-time in the key. True when no key is configured.
   [[nodiscard]] bool authorized(std::string_view header) const;
   [[nodiscard]] std::int64_t max_model_len() const noexcept { return resolved_max_model_len; }
   [[nodiscard]] std::string models_json() const;
@@ -44,7 +53,7 @@ public:
 
   llm_engine& eng;
   server_config cfg;
-  std::string served;
+  std::string served; ///< the reported name (first of cfg.served_model_names)
   server_metrics metrics;
   std::atomic<bool> draining{false};
   std::atomic<int> active{0};
@@ -52,6 +61,9 @@ public:
   std::int64_t resolved_max_model_len = 4096;
 
 private:
+  /// Encodes segments within the context limit or throws the context-length error.
+  std::vector<std::int32_t> encode_within(const std::vector<tok::segment>& segs, std::int64_t completion_min,
+                                          const char* param);
   std::atomic<std::uint64_t> ids_{0};
 };
 

@@ -4,10 +4,19 @@
 //
 // Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 // GET /metrics, POST /tokenize, POST /detokenize, GET /version, and the WebSocket endpoint
-// GET /v1/ws (upgrade). Every connection runs on its own strand; engine events (from actor
-// threads) are posted onto it. Streaming uses SSE over chunked transfer; a client that goes
-// away mid-request (socket readable with no data, or a failed write) cancels the request, which
-// frees its cache within a step.
+// GET /v1/ws (upgrade). HEAD works wherever GET does. /health and /metrics need no API key.
+// Every connection runs on its own strand; engine events (from actor threads) are posted onto
+// it. Parsing, chat rendering and tokenization run on a separate preparation pool, so a
+// pathological prompt never delays /health or other streams. Streaming uses SSE over chunked
+// transfer (close-delimited for HTTP/1.0 clients); a client that goes away mid-request (socket
+// readable with no data, a failed or timed-out write) cancels the request, which frees its
+// cache within a step.
+//
+// Hardening: the accept loop survives every accept error (out of descriptors: retried after
+// 50 ms); RLIMIT_NOFILE's soft limit is raised to the hard one; --max-connections caps open
+// connections (the rest get 503); headers, bodies, idle keep-alive and unread writes each have
+// a timeout; Expect: 100-continue is answered; an early error (413, 400) is followed by a
+// lingering close so a client still sending reads the response.
 //
 // WebSocket protocol (text frames, JSON):
 //   client → {"type": "chat.completions" | "completions", "id": "<client id>", "body": {…}}
@@ -24,13 +33,14 @@
 
 #include "k3/engine.hpp"
 #include "net/metrics.hpp"
-#include "net/server_config.hpp"
+#include "config/server_config.hpp"
 
 namespace k3::net {
 
 class http_server {
 public:
-  http_server(llm_engine& eng, server_config cfg, std::string served_name);
+  /// cfg.served_model_names must be filled (the first name is the reported one).
+  http_server(llm_engine& eng, server_config cfg);
   ~http_server();
   /// Binds, prints "k3 serve: listening on http://HOST:PORT …" and serves until SIGTERM/SIGINT,
   /// then drains (health 503, no new requests) up to shutdown_timeout. Returns the exit code.

@@ -1,6 +1,8 @@
 #include "net/openai_request.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
 
 namespace k3::net {
@@ -33,10 +35,7 @@ double number(const value& v, const std::string& p) {
   expect(v, kind::real, p, "a number");
   return std::strtod(v.s.c_str(), nullptr);
 }
-long long integer(const value& v, const std::string& p) {
-  if (v.k != kind::integer) bad(p, std::string("must be an integer, got ") + kind_name(v.k));
-  return std::strtoll(v.s.c_str(), nullptr, 10);
-}
+long long integer(const value& v, const std::string& p) { return integer_in(v, p, INT64_MIN, INT64_MAX); }
 bool boolean(const value& v, const std::string& p) {
   expect(v, kind::boolean, p, "a boolean");
   return v.b;
@@ -52,7 +51,7 @@ bool present(const value* v) { return v && v->k != kind::null; }
 constexpr std::string_view common_fields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "seed", "stop", "n", "best_of", "logprobs", "top_logprobs", "logit_bias", "ignore_eos",
-    "stream", "stream_options", "priority"};
+    "stream", "stream_options", "priority", "skip_special_tokens"};
 
 void reject_unknown(const value& b, std::initializer_list<std::string_view> endpoint_fields) {
   for (const auto& [key, v] : b.members) {
@@ -67,16 +66,14 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
   if (const auto* m = b.find("model"); present(m)) g.model = string(*m, "model");
   for (const char* key : {"max_completion_tokens", "max_tokens"})
     if (const auto* v = b.find(key); present(v)) {
-      const auto n = integer(*v, key);
-      if (n < 1) bad(key, "must be at least 1");
-      g.max_tokens = static_cast<int>(std::min<long long>(n, 1 << 30));
+      g.max_tokens = static_cast<int>(integer_in(*v, key, 1, INT32_MAX));
       break;
     }
   if (!chat && g.max_tokens < 0) g.max_tokens = 16; // the OpenAI completions default
   auto& s = g.sampling;
   if (const auto* v = b.find("temperature"); present(v)) s.temperature = static_cast<float>(number(*v, "temperature"));
   if (const auto* v = b.find("top_p"); present(v)) s.top_p = static_cast<float>(number(*v, "top_p"));
-  if (const auto* v = b.find("top_k"); present(v)) s.top_k = static_cast<int>(integer(*v, "top_k"));
+  if (const auto* v = b.find("top_k"); present(v)) s.top_k = static_cast<int>(integer_in(*v, "top_k", -1, INT32_MAX));
   if (const auto* v = b.find("min_p"); present(v)) s.min_p = static_cast<float>(number(*v, "min_p"));
   if (const auto* v = b.find("presence_penalty"); present(v)) s.presence_penalty = static_cast<float>(number(*v, "presence_penalty"));
   if (const auto* v = b.find("frequency_penalty"); present(v)) s.frequency_penalty = static_cast<float>(number(*v, "frequency_penalty"));
@@ -87,7 +84,16 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
     throw api_error(400, e, e.substr(0, e.find_first_of(": ")));
   }
   if (const auto* v = b.find("seed"); present(v)) {
-    g.seed = static_cast<std::uint64_t>(integer(*v, "seed"));
+    // Any 64-bit integer (negative seeds wrap, as Python's hash of them would differ anyway).
+    if (v->k == kind::integer && !v->s.empty() && v->s[0] != '-') {
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long x = std::strtoull(v->s.c_str(), &end, 10);
+      if (errno == ERANGE || *end) bad("seed", "must be an integer in [-2^63, 2^64)");
+      g.seed = x;
+    } else {
+      g.seed = static_cast<std::uint64_t>(integer(*v, "seed"));
+    }
     g.has_seed = true;
   }
   if (const auto* v = b.find("stop"); present(v)) {
@@ -99,24 +105,20 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
       if (st.empty()) bad("stop", "stop sequences must not be empty");
   }
   if (const auto* v = b.find("n"); present(v)) {
-    const auto n = integer(*v, "n");
-    if (n < 1 || n > 16) bad("n", "must be in [1, 16]");
-    g.n = static_cast<int>(n);
+    g.n = static_cast<int>(integer_in(*v, "n", 1, 16));
   }
-  if (const auto* v = b.find("best_of"); present(v) && integer(*v, "best_of") != 1) bad("best_of", "only 1 is supported");
+  if (const auto* v = b.find("best_of"); present(v)) (void)integer_in(*v, "best_of", 1, 1);
   if (const auto* v = b.find("logprobs"); present(v)) {
     if (chat) {
       g.logprobs = boolean(*v, "logprobs");
     } else { // completions: logprobs = N alternatives (0..5 in OpenAI; up to 20 here)
-      const auto n = integer(*v, "logprobs");
-      if (n < 0 || n > 20) bad("logprobs", "must be in [0, 20]");
+      const auto n = integer_in(*v, "logprobs", 0, 20);
       g.logprobs = true;
       s.top_logprobs = static_cast<int>(n);
     }
   }
   if (const auto* v = b.find("top_logprobs"); present(v)) {
-    const auto n = integer(*v, "top_logprobs");
-    if (n < 0 || n > 20) bad("top_logprobs", "must be in [0, 20]");
+    const auto n = integer_in(*v, "top_logprobs", 0, 20);
     if (n > 0 && !g.logprobs) bad("top_logprobs", "needs logprobs: true");
     s.top_logprobs = static_cast<int>(n);
   }
@@ -131,8 +133,33 @@ void parse_generation(const value& b, generation_fields& g, bool chat) {
       if (key != "include_usage" && !(key == "continuous_usage_stats" && x.k == kind::boolean && !x.b))
         bad("stream_options." + key, "is not supported (include_usage is)");
   }
-  if (const auto* v = b.find("priority"); present(v) && integer(*v, "priority") != 0)
+  if (const auto* v = b.find("priority"); present(v) && integer_in(*v, "priority", INT32_MIN, INT32_MAX) != 0)
     bad("priority", "priority scheduling is not enabled on this server");
+  if (const auto* v = b.find("skip_special_tokens"); present(v)) g.skip_special_tokens = boolean(*v, "skip_special_tokens");
+}
+
+/// OpenAI function tools: [{"type": "function", "function": {"name", "description"?,
+/// "parameters"?: object, "strict"?: bool}}]. Every entry is checked; errors name it.
+void validate_tools(const value& t, const std::string& p) {
+  expect(t, kind::array, p, "an array of tools");
+  for (std::size_t i = 0; i < t.items.size(); ++i) {
+    const std::string tp = p + "[" + std::to_string(i) + "]";
+    const auto& tool = t.items[i];
+    expect(tool, kind::object, tp, "an object");
+    const auto* type = tool.find("type");
+    if (!present(type)) bad(tp + ".type", "is required (\"function\")");
+    if (string(*type, tp + ".type") != "function") bad(tp + ".type", "must be \"function\"");
+    const auto* fn = tool.find("function");
+    if (!present(fn)) bad(tp + ".function", "is required");
+    expect(*fn, kind::object, tp + ".function", "an object");
+    const auto* name = fn->find("name");
+    if (!present(name)) bad(tp + ".function.name", "is required");
+    const auto& n = string(*name, tp + ".function.name");
+    if (n.empty() || n.size() > 256) bad(tp + ".function.name", "must be 1 to 256 characters");
+    if (const auto* d = fn->find("description"); present(d)) (void)string(*d, tp + ".function.description");
+    if (const auto* prm = fn->find("parameters"); present(prm)) expect(*prm, kind::object, tp + ".function.parameters", "an object (a JSON Schema)");
+    if (const auto* st = fn->find("strict"); present(st)) (void)boolean(*st, tp + ".function.strict");
+  }
 }
 
 chat::message parse_message(const value& m, std::size_t i) {
@@ -177,8 +204,17 @@ chat::message parse_message(const value& m, std::size_t i) {
   }
   if (const auto* v = m.find("name"); present(v)) out.name = string(*v, p + ".name");
   if (const auto* v = m.find("tool_call_id"); present(v)) out.tool_call_id = string(*v, p + ".tool_call_id");
+  // reasoning_content wins over reasoning when both are present (encoding_k3.py).
   for (const char* key : {"reasoning_content", "reasoning"})
-    if (const auto* v = m.find(key); present(v)) out.reasoning_content = string(*v, p + "." + key);
+    if (const auto* v = m.find(key); present(v)) {
+      out.reasoning_content = string(*v, p + "." + key);
+      break;
+    }
+  if (const auto* v = m.find("tools"); present(v)) {
+    if (out.role != "system") bad(p + ".tools", "only a system message may carry tools (dynamic tool declaration)");
+    validate_tools(*v, p + ".tools");
+    out.tools = *v;
+  }
   if (const auto* v = m.find("tool_calls"); present(v)) {
     expect(*v, kind::array, p + ".tool_calls", "an array");
     for (std::size_t j = 0; j < v->items.size(); ++j) {
@@ -223,7 +259,8 @@ json::value parse_body(std::string_view body) {
 
 chat_request parse_chat(const json::value& b, bool k3) {
   reject_unknown(b, {"messages", "max_completion_tokens", "tools", "tool_choice", "response_format", "reasoning_effort",
-                     "chat_template_kwargs", "continue_final_message", "add_generation_prompt"});
+                     "chat_template_kwargs", "continue_final_message", "add_generation_prompt", "thinking",
+                     "parallel_tool_calls"});
   chat_request r;
   parse_generation(b, r.gen, true);
   const auto* msgs = b.find("messages");
@@ -232,7 +269,7 @@ chat_request parse_chat(const json::value& b, bool k3) {
   if (msgs->items.empty()) bad("messages", "must contain at least one message");
   for (std::size_t i = 0; i < msgs->items.size(); ++i) r.conv.messages.push_back(parse_message(msgs->items[i], i));
   if (const auto* t = b.find("tools"); present(t)) {
-    expect(*t, kind::array, "tools", "an array");
+    validate_tools(*t, "tools");
     if (!t->items.empty()) {
       r.conv.tools = *t;
       r.has_tools = true;
@@ -253,17 +290,31 @@ chat_request parse_chat(const json::value& b, bool k3) {
       bad("response_format.type", "must be text, json_object or json_schema");
     if (t != "text") r.conv.response_format = *rf;
   }
+  // Thinking switches, weakest first so the stronger one decides: Moonshot's top-level
+  // `thinking`, OpenAI's reasoning_effort ("none" = off), then chat_template_kwargs where
+  // `thinking` wins over `enable_thinking` (encoding_k3.py's precedence).
+  if (const auto* v = b.find("thinking"); present(v)) {
+    expect(*v, kind::object, "thinking", "an object {\"type\": \"enabled\" | \"disabled\"}");
+    const auto* type = v->find("type");
+    if (!present(type)) bad("thinking.type", "is required (enabled or disabled)");
+    const auto& t = string(*type, "thinking.type");
+    if (t != "enabled" && t != "disabled") bad("thinking.type", "must be enabled or disabled");
+    for (const auto& [key, x] : v->members)
+      if (key != "type" && key != "budget_tokens") bad("thinking." + key, "is not supported (type is)");
+    r.conv.thinking = t == "enabled";
+  }
   if (const auto* v = b.find("reasoning_effort"); present(v)) {
     const auto& e = string(*v, "reasoning_effort");
-    if (e != "low" && e != "high" && e != "max") bad("reasoning_effort", "must be low, high or max for Kimi K3");
-    r.conv.thinking_effort = e;
+    if (e == "none") r.conv.thinking = false;
+    else if (e == "low" || e == "high" || e == "max") r.conv.thinking_effort = e;
+    else bad("reasoning_effort", "must be none, low, high or max for Kimi K3");
   }
   if (const auto* k = b.find("chat_template_kwargs"); present(k)) {
     expect(*k, kind::object, "chat_template_kwargs", "an object");
     for (const auto& [key, v] : k->members)
       if (key != "thinking" && key != "enable_thinking" && key != "thinking_effort")
         bad("chat_template_kwargs." + key, "is not supported (thinking, enable_thinking, thinking_effort are)");
-    for (const char* key : {"thinking", "enable_thinking"})
+    for (const char* key : {"enable_thinking", "thinking"})
       if (const auto* v = k->find(key); present(v)) r.conv.thinking = boolean(*v, std::string("chat_template_kwargs.") + key);
     if (const auto* v = k->find("thinking_effort"); present(v)) {
       const auto& e = string(*v, "chat_template_kwargs.thinking_effort");
@@ -271,6 +322,7 @@ chat_request parse_chat(const json::value& b, bool k3) {
       r.conv.thinking_effort = e;
     }
   }
+  if (const auto* v = b.find("parallel_tool_calls"); present(v)) r.parallel_tool_calls = boolean(*v, "parallel_tool_calls");
   if (const auto* v = b.find("continue_final_message"); present(v) && boolean(*v, "continue_final_message") && k3)
     bad("continue_final_message", "Kimi K3's renderer cannot continue a final assistant message");
   if (const auto* v = b.find("add_generation_prompt"); present(v) && !boolean(*v, "add_generation_prompt"))
@@ -293,8 +345,7 @@ completion_request parse_completion(const json::value& b) {
       for (std::size_t i = 0; i < p->items.size(); ++i) {
         const auto& x = p->items[i];
         if (x.k == kind::string) bad("prompt", "only one prompt per request is supported");
-        const auto id = integer(x, "prompt[" + std::to_string(i) + "]");
-        if (id < 0 || id > INT32_MAX) bad("prompt[" + std::to_string(i) + "]", "is not a token id");
+        const auto id = integer_in(x, "prompt[" + std::to_string(i) + "]", 0, INT32_MAX);
         r.prompt_ids.push_back(static_cast<std::int32_t>(id));
       }
       if (r.prompt_ids.empty()) bad("prompt", "must not be empty");
@@ -307,10 +358,24 @@ completion_request parse_completion(const json::value& b) {
   return r;
 }
 
-void check_model(const generation_fields& g, const std::string& served) {
-  if (!g.model.empty() && g.model != served)
-    throw api_error(404, "The model `" + g.model + "` does not exist. This server serves `" + served + "`.", "model",
-                    "model_not_found");
+std::string check_model(const generation_fields& g, const std::vector<std::string>& names) {
+  if (g.model.empty()) return names.front();
+  for (const auto& n : names)
+    if (n == g.model) return n;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "`" : ", `") + n + "`";
+  throw api_error(404, "The model `" + g.model + "` does not exist. This server serves " + list + ".", "model",
+                  "model_not_found");
+}
+
+long long integer_in(const json::value& v, const std::string& p, long long lo, long long hi) {
+  if (v.k != kind::integer) bad(p, std::string("must be an integer, got ") + kind_name(v.k));
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v.s.c_str(), &end, 10);
+  if (errno == ERANGE || *end || x < lo || x > hi)
+    bad(p, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.s);
+  return x;
 }
 
 } // namespace k3::net

@@ -41,6 +41,7 @@ struct generation_fields {
   bool include_usage = false;
   bool logprobs = false;  ///< chat: logprobs=true; completions: logprobs=N (then top N)
   int n = 1;              ///< choices per request (1..16)
+  bool skip_special_tokens = true; ///< drop special-token text from the output (vLLM's default)
   std::string model;
 };
 
@@ -48,6 +49,7 @@ struct chat_request {
   generation_fields gen;
   chat::conversation conv;
   bool has_tools = false;
+  bool parallel_tool_calls = true;
 };
 
 struct completion_request {
@@ -62,7 +64,12 @@ struct completion_request {
 [[nodiscard]] chat_request parse_chat(const json::value& body, bool k3_family);
 [[nodiscard]] completion_request parse_completion(const json::value& body);
 
-/// The model field must name the served model (when present).
-void check_model(const generation_fields& g, const std::string& served);
+/// The model field must name one of the served names (when present); returns the name to report
+/// (the one the client asked for, else the first).
+[[nodiscard]] std::string check_model(const generation_fields& g, const std::vector<std::string>& names);
+
+/// An integer field checked against [lo, hi] before any narrowing (overflowing text included):
+/// 400 naming `param` otherwise.
+[[nodiscard]] long long integer_in(const json::value& v, const std::string& param, long long lo, long long hi);
 
 } // namespace k3::net

@@ -6,10 +6,20 @@
 namespace k3::net {
 
 response_builder::response_builder(stream_setup s) : s_(std::move(s)) {
-  if (s_.chat) {
-    if (s_.k3) k3_ = std::make_unique<chat::k3_output_parser>(s_.thinking);
-    else k2_ = std::make_unique<chat::k2_output_parser>();
+  if (s_.chat && s_.tokenizer) {
+    if (s_.k3)
+      k3_ = std::make_unique<chat::k3_output_parser>(chat::k3_output_parser::ids_of(*s_.tokenizer), s_.thinking, s_.tools_declared);
+    else
+      k2_ = std::make_unique<chat::k2_output_parser>(chat::k2_output_parser::ids_of(*s_.tokenizer), s_.tools_declared);
   }
+}
+
+std::vector<std::int32_t> response_builder::structural_ids() const {
+  std::vector<std::int32_t> ids = k3_ ? chat::k3_output_parser::ids_of(*s_.tokenizer).all()
+                                 : k2_ ? chat::k2_output_parser::ids_of(*s_.tokenizer).all()
+                                       : std::vector<std::int32_t>{};
+  std::erase(ids, -1);
+  return ids;
 }
 
 namespace {
@@ -107,9 +117,8 @@ std::string response_builder::chunk(const std::string& delta_json, const std::st
          delta_json + ",\"logprobs\":" + lp + ",\"finish_reason\":" + fin + "}]}";
 }
 
-static std::string call_json(const chat::parsed_call& c, std::size_t index, const std::string& req_id) {
-  return "{\"index\":" + std::to_string(index) + ",\"id\":" + json::quote("call_" + req_id.substr(req_id.find('-') + 1) + "_" + std::to_string(index)) +
-         ",\"type\":\"function\",\"function\":{\"name\":" + json::quote(c.name) + ",\"arguments\":" + json::quote(c.arguments) + "}}";
+static std::string call_id(const std::string& req_id, std::size_t index) {
+  return "call_" + req_id.substr(req_id.find('-') + 1) + "_" + std::to_string(index);
 }
 
 void response_builder::add(chat::parse_delta&& d, std::vector<std::string>& out) {
@@ -121,9 +130,21 @@ void response_builder::add(chat::parse_delta&& d, std::vector<std::string>& out)
     content_ += d.content;
     out.push_back(chunk("{\"content\":" + json::quote(d.content) + "}", ""));
   }
+  // OpenAI's streamed tool calls: the first delta of a call carries id, type and name; later
+  // ones append to function.arguments. The concatenation equals the non-streamed arguments.
   for (auto& c : d.calls) {
-    out.push_back(chunk("{\"tool_calls\":[" + call_json(c, calls_.size(), s_.id) + "]}", ""));
-    calls_.push_back(std::move(c));
+    if (c.begin) {
+      calls_.push_back({c.name, c.arguments});
+      out.push_back(chunk("{\"tool_calls\":[{\"index\":" + std::to_string(c.index) + ",\"id\":" +
+                              json::quote(call_id(s_.id, c.index)) + ",\"type\":\"function\",\"function\":{\"name\":" +
+                              json::quote(c.name) + ",\"arguments\":" + json::quote(c.arguments) + "}}]}",
+                          ""));
+    } else if (c.index < calls_.size() && !c.arguments.empty()) {
+      calls_[c.index].arguments += c.arguments;
+      out.push_back(chunk("{\"tool_calls\":[{\"index\":" + std::to_string(c.index) +
+                              ",\"function\":{\"arguments\":" + json::quote(c.arguments) + "}}]}",
+                          ""));
+    }
   }
 }
 
@@ -136,10 +157,13 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
     out.push_back(chunk("{\"role\":\"assistant\",\"content\":\"\"}", ""));
     role_sent_ = true;
   }
-  if (s_.chat) {
-    auto d = k3_ ? k3_->feed(ev.text) : k2_->feed(ev.text);
+  if (s_.chat && (k3_ || k2_)) {
+    auto d = k3_ ? k3_->feed(ev.token, ev.text) : k2_->feed(ev.token, ev.text);
     if (ev.finished) d.append(k3_ ? k3_->finish() : k2_->finish());
     add(std::move(d), out);
+  } else if (s_.chat && !ev.text.empty()) {
+    content_ += ev.text;
+    out.push_back(chunk("{\"content\":" + json::quote(ev.text) + "}", ""));
   } else if (!ev.text.empty()) {
     content_ += ev.text;
     text_offset_ += static_cast<std::int64_t>(ev.text.size());
@@ -149,10 +173,12 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
     finished_ = true;
     if (ev.finish_reason == "error") {
       failed_ = true;
+      error_code_ = ev.error;
       error_ = ev.message.empty() ? "generation failed" : ev.message;
       return out; // the transport sends the in-band error
     }
-    finish_ = !calls_.empty() ? "tool_calls" : ev.finish_reason == "cancelled" ? "abort" : ev.finish_reason;
+    // tool_calls when the message ended naturally with calls; a call cut by max_tokens stays "length".
+    finish_ = !calls_.empty() && ev.finish_reason == "stop" ? "tool_calls" : ev.finish_reason == "cancelled" ? "abort" : ev.finish_reason;
     out.push_back(chunk(s_.chat ? "{}" : "\"\"", finish_));
     if (s_.include_usage)
       out.push_back("{\"id\":" + json::quote(s_.id) + ",\"object\":\"" +
@@ -222,8 +248,8 @@ std::string response_builder::choice_json() const {
     msg += ",\"tool_calls\":[";
     for (std::size_t i = 0; i < calls_.size(); ++i) {
       if (i) msg += ",";
-      auto c = call_json(calls_[i], i, s_.id);
-      msg += "{" + c.substr(c.find(",\"id\"") + 1); // drop the streaming-only index
+      msg += "{\"id\":" + json::quote(call_id(s_.id, i)) + ",\"type\":\"function\",\"function\":{\"name\":" +
+             json::quote(calls_[i].name) + ",\"arguments\":" + json::quote(calls_[i].arguments) + "}}";
     }
     msg += "]";
   }

@@ -24,6 +24,7 @@ struct stream_setup {
   bool chat = true;
   bool k3 = true;        ///< K3 XTML output (else K2 envelope / raw text for completions)
   bool thinking = true;  ///< prompt ended inside the think channel
+  bool tools_declared = false; ///< tool calls are reported (tools given, tool_choice not none)
   bool include_usage = false;
   int index = 0;                  ///< choice index (n > 1: one builder per choice)
   bool logprobs = false;          ///< report per-token log-probabilities
@@ -49,6 +50,10 @@ public:
   [[nodiscard]] std::int64_t completion_tokens() const noexcept { return tokens_; }
   [[nodiscard]] bool failed() const noexcept { return failed_; }
   [[nodiscard]] const std::string& error_message() const noexcept { return error_; }
+  [[nodiscard]] engine::errc error_code() const noexcept { return error_code_; }
+  /// The marker ids this builder's parser consumes (the request's structural_ids); empty for
+  /// completions.
+  [[nodiscard]] std::vector<std::int32_t> structural_ids() const;
 
 private:
   std::string chunk(const std::string& delta_json, const std::string& finish);
@@ -60,8 +65,12 @@ private:
   std::unique_ptr<chat::k3_output_parser> k3_;
   std::unique_ptr<chat::k2_output_parser> k2_;
   bool role_sent_ = false, finished_ = false, failed_ = false;
+  engine::errc error_code_ = engine::errc::none;
   std::string reasoning_, content_, finish_, error_;
-  std::vector<chat::parsed_call> calls_;
+  struct call {
+    std::string name, arguments;
+  };
+  std::vector<call> calls_;
   std::int64_t tokens_ = 0;
   // logprobs: chat entries, or the completions arrays; pending_* not yet attached to a chunk
   std::vector<std::string> pending_entries_, all_entries_;

@@ -40,20 +40,7 @@ std::string mixed_text(std::size_t bytes) {
 
 } // namespace
 
-int bench_tokenizer_main(const std::vector<std::string_view>& args) {
-  std::string file, pattern = "o200k", text_file;
-  double mb = 1.0;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto value = [&](const char* f) {
-      if (i + 1 >= args.size()) throw std::invalid_argument(std::string(f) + " needs a value");
-      return std::string(args[++i]);
-    };
-    if (args[i] == "--tiktoken") file = value("--tiktoken");
-    else if (args[i] == "--pattern") pattern = value("--pattern");
-    else if (args[i] == "--text") text_file = value("--text");
-    else if (args[i] == "--mb") mb = std::stod(value("--mb"));
-    else throw std::invalid_argument("unknown option '" + std::string(args[i]) + "'");
-  }
+int bench_tokenizer_run(const std::string& file, const std::string& pattern, const std::string& text_file, double mb) {
   if (file.empty()) throw std::invalid_argument("--tiktoken FILE is required");
   tok::pattern_kind kind;
   if (!tok::parse_pattern(pattern, kind)) throw std::invalid_argument("--pattern must be kimi, o200k or cl100k");

@@ -13,6 +13,7 @@
 // the model's chat format (K3 XTML, or the K2 envelope for Kimi Linear) and the generation
 // prompt. Generation stops at the tokenizer's stop ids unless --ignore-eos.
 #include <condition_variable>
+#include <memory>
 #include <cstdio>
 #include <mutex>
 #include <fstream>
@@ -20,12 +21,16 @@
 #include <string>
 #include <vector>
 
-#include "apps/k3/cli_args.hpp"
+#include <CLI/CLI.hpp>
+
+#include "apps/k3/commands.hpp"
+#include "config/cli_util.hpp"
 #include "k3/engine.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
 #include "runtime/model/generate.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/model_path.hpp"
 #include "runtime/tokenizer/detokenizer.hpp"
 #include "runtime/tokenizer/kimi_tokenizer.hpp"
 
@@ -49,161 +54,175 @@ std::vector<std::int32_t> parse_ids(const std::string& s) {
 
 } // namespace
 
-int run_main(const std::vector<std::string_view>& argv) {
-  std::string dir, prompt, chat, system, dump, tokens, device = "cpu";
-  bool thinking = true, print_ids = false;
-  int ep = 0, redundant = 0;
-  std::vector<std::string> remote;
-  model::generate_options g;
-  model::load_options lo;
-  cli_args a(argv);
-  while (!a.done()) {
-    const auto f = a.next();
-    if (f == "--model") dir = a.value(f);
-    else if (f == "--prompt") prompt = a.value(f);
-    else if (f == "--chat") chat = a.value(f);
-    else if (f == "--system") system = a.value(f);
-    else if (f == "--no-thinking") thinking = false;
-    else if (f == "--max-tokens") g.max_tokens = static_cast<int>(a.integer(f, 1, 1 << 24));
-    else if (f == "--temperature") g.sampling.temperature = static_cast<float>(a.number(f));
-    else if (f == "--top-p") g.sampling.top_p = static_cast<float>(a.number(f));
-    else if (f == "--top-k") g.sampling.top_k = static_cast<int>(a.integer(f, 0, 1 << 24));
-    else if (f == "--min-p") g.sampling.min_p = static_cast<float>(a.number(f));
-    else if (f == "--seed") g.seed = static_cast<std::uint64_t>(a.integer(f, 0, INT64_MAX));
-    else if (f == "--prefill-chunk") g.prefill_chunk = static_cast<int>(a.integer(f, 1, 1 << 24));
-    else if (f == "--ignore-eos") g.ignore_eos = true;
-    else if (f == "--print-ids") print_ids = true;
-    else if (f == "--dump-logits") dump = a.value(f);
-    else if (f == "--expert-parallel-size") ep = static_cast<int>(a.integer(f, 1, 1 << 16));
-    else if (f == "--num-redundant-experts") redundant = static_cast<int>(a.integer(f, 0, 1 << 16));
-    else if (f == "--remote-shards") {
-      std::stringstream ss(a.value(f));
-      std::string item;
-      while (std::getline(ss, item, ',')) remote.push_back(item);
-    }
-    else if (f == "--tokens") tokens = a.value(f);
-    else if (f == "--device") device = a.value(f);
-    else if (f == "--quantization") {
-      const auto q = a.value(f);
-      if (q != "mxfp4") throw std::invalid_argument("--quantization supports only mxfp4, got '" + q + "'");
-      lo.quantize_experts = true;
-    } else throw std::invalid_argument("unknown option '" + std::string(f) + "'");
-  }
-  if (dir.empty()) throw std::invalid_argument("--model DIR is required");
-  if (!dump.empty() && tokens.empty()) throw std::invalid_argument("--dump-logits needs --tokens 1,2,3");
-  if (dump.empty() && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
-  if (auto err = sampling::validate(g.sampling)) throw std::invalid_argument(*err);
+void add_run_command(CLI::App& root, int& rc) {
+  auto* cmd = root.add_subcommand("run", "Offline generation from a checkpoint (default: the built-in demo), streaming "
+                                         "text to stdout and prefill / decode speed to stderr");
+  struct opts {
+    std::string model, prompt, chat, system, dump, tokens, device = "cpu", quantization, cache_dir;
+    bool no_thinking = false, print_ids = false;
+    int ep = 0, redundant = 0;
+    std::vector<std::string> remote;
+    model::generate_options g;
+  };
+  auto o = std::make_shared<opts>();
+  using CLI::Range;
+  cmd->add_option("--model", o->model, "Checkpoint directory or local Hugging Face id (default: the demo checkpoint)");
+  cmd->add_option("--cache-dir", o->cache_dir, "Where the demo checkpoint is written (default ~/.cache/k3serve)");
+  cmd->add_option("--prompt", o->prompt, "Plain text prompt (no special tokens)");
+  cmd->add_option("--chat", o->chat, "One user turn rendered with the model's chat format");
+  cmd->add_option("--system", o->system, "A system message before --chat");
+  k3::conf::add_bool(*cmd, "--no-thinking", o->no_thinking, "K3: answer without the thinking channel");
+  cmd->add_option("--max-tokens", o->g.max_tokens, "Tokens to generate")->check(Range(1, 1 << 24));
+  cmd->add_option("--temperature", o->g.sampling.temperature, "Sampling temperature (0: greedy)");
+  cmd->add_option("--top-p", o->g.sampling.top_p, "Nucleus sampling");
+  cmd->add_option("--top-k", o->g.sampling.top_k, "Top-k sampling (0: off)")->check(Range(0, 1 << 24));
+  cmd->add_option("--min-p", o->g.sampling.min_p, "Min-p sampling");
+  cmd->add_option("--seed", o->g.seed, "Sampling seed")->check(Range(std::uint64_t{0}, std::uint64_t{INT64_MAX}));
+  cmd->add_option("--prefill-chunk", o->g.prefill_chunk, "Prompt tokens per step")->check(Range(1, 1 << 24));
+  k3::conf::add_bool(*cmd, "--ignore-eos", o->g.ignore_eos, "Do not stop at the stop ids");
+  k3::conf::add_bool(*cmd, "--print-ids", o->print_ids, "Print token ids instead of text");
+  cmd->add_option("--tokens", o->tokens, "1,2,3: a prompt of token ids (with --dump-logits)");
+  cmd->add_option("--dump-logits", o->dump, "Write fp32 [T, vocab] little-endian logits of --tokens to FILE");
+  cmd->add_option("--quantization", o->quantization, "mxfp4: quantize bf16 experts at load")->check(CLI::IsMember({"mxfp4"}));
+  cmd->add_option("--expert-parallel-size", o->ep, "Engine mode: expert-shard actors")->check(Range(1, 1 << 16));
+  cmd->add_option("--num-redundant-experts", o->redundant, "Engine mode: replicated hot experts")->check(Range(0, 1 << 16));
+  cmd->add_option("--remote-shards", o->remote, "Engine mode: expert shards in `k3 shard` processes, host:port,...")
+      ->delimiter(',')
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (engine mode on that GPU)");
+  cmd->callback([o, &rc] {
+    const std::string dir = model::resolve_model(o->model, o->cache_dir).dir;
+    const std::string& prompt = o->prompt;
+    const std::string& chat = o->chat;
+    const std::string& system = o->system;
+    const std::string& dump = o->dump;
+    const std::string& tokens = o->tokens;
+    const std::string& device = o->device;
+    const bool thinking = !o->no_thinking, print_ids = o->print_ids;
+    const int ep = o->ep, redundant = o->redundant;
+    const auto& remote = o->remote;
+    auto& g = o->g;
+    model::load_options lo;
+    lo.quantize_experts = o->quantization == "mxfp4";
+    if (!dump.empty() && tokens.empty()) throw std::invalid_argument("--dump-logits needs --tokens 1,2,3");
+    if (dump.empty() && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
+    if (auto err = sampling::validate(g.sampling)) throw std::invalid_argument(*err);
 
-  if (ep > 0 || !remote.empty() || device != "cpu") { // engine mode: the same request through the actor engine
-    if (!dump.empty()) throw std::invalid_argument("--dump-logits runs offline; drop the shard flags");
-    caf::actor_system_config cfg;
-    llm_engine::add_types(cfg);
-    caf::actor_system sys{cfg};
-    engine_options eo;
-    eo.model_dir = dir;
-    eo.quantize_experts = lo.quantize_experts;
-    eo.expert_parallel_size = ep;
-    eo.num_redundant_experts = redundant;
-    eo.remote_shards = remote;
-    eo.kv_memory_bytes = 256ll << 20;
-    eo.kv_memory_bytes_explicit = true;
-    eo.device = device;
-    auto eng = llm_engine::start(sys, eo);
-    std::fprintf(stderr, "k3 run: engine mode, %s\n", eng->sizing_note().c_str());
-    generation_params gp;
-    gp.max_tokens = g.max_tokens;
-    gp.sampling = g.sampling;
-    gp.seed = g.seed;
-    gp.ignore_eos = g.ignore_eos;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::string reason;
-    auto sink = [&](const stream_event& ev) {
-      if (print_ids && ev.token >= 0) std::printf("%d ", ev.token);
-      else if (!print_ids) std::fputs(ev.text.c_str(), stdout);
-      std::fflush(stdout);
-      if (ev.finished) {
-        std::lock_guard lock(mu);
-        done = true;
-        reason = ev.finish_reason + (ev.message.empty() ? "" : " (" + ev.message + ")");
-        cv.notify_all();
+    if (ep > 0 || !remote.empty() || device != "cpu") { // engine mode: the same request through the actor engine
+      if (!dump.empty()) throw std::invalid_argument("--dump-logits runs offline; drop the shard flags");
+      caf::actor_system_config cfg;
+      llm_engine::add_types(cfg);
+      caf::actor_system sys{cfg};
+      engine_options eo;
+      eo.model_dir = dir;
+      eo.quantize_experts = lo.quantize_experts;
+      eo.expert_parallel_size = ep;
+      eo.num_redundant_experts = redundant;
+      eo.remote_shards = remote;
+      eo.kv_memory_bytes = 256ll << 20;
+      eo.kv_memory_bytes_explicit = true;
+      eo.device = device;
+      auto eng = llm_engine::start(sys, eo);
+      std::fprintf(stderr, "k3 run: engine mode, %s\n", eng->sizing_note().c_str());
+      generation_params gp;
+      gp.max_tokens = g.max_tokens;
+      gp.sampling = g.sampling;
+      gp.seed = g.seed;
+      gp.ignore_eos = g.ignore_eos;
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      std::string reason;
+      auto sink = [&](const stream_event& ev) {
+        if (print_ids && ev.token >= 0) std::printf("%d ", ev.token);
+        else if (!print_ids) std::fputs(ev.text.c_str(), stdout);
+        std::fflush(stdout);
+        if (ev.finished) {
+          std::lock_guard lock(mu);
+          done = true;
+          reason = ev.finish_reason + (ev.message.empty() ? "" : " (" + ev.message + ")");
+          cv.notify_all();
+        }
+      };
+      const auto r = chat.empty() ? eng->submit(eng->tokenizer().encode(prompt, false), gp, sink)
+                                  : eng->submit_chat(chat, gp, sink);
+      if (!r.ok()) throw std::runtime_error(std::string(engine::to_string(r.error)) + ": " + r.message);
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return done; });
+      std::fputc('\n', stdout);
+      const auto st = eng->stats();
+      std::string rows;
+      for (auto x : st.shard_rows) {
+        if (!rows.empty()) rows.push_back(' ');
+        rows.append(std::to_string(x));
       }
-    };
-    const auto r = chat.empty() ? eng->submit(eng->tokenizer().encode(prompt, false), gp, sink)
-                                : eng->submit_chat(chat, gp, sink);
-    if (!r.ok()) throw std::runtime_error(std::string(engine::to_string(r.error)) + ": " + r.message);
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return done; });
-    std::fputc('\n', stdout);
-    const auto st = eng->stats();
-    std::string rows;
-    for (auto x : st.shard_rows) {
-      if (!rows.empty()) rows.push_back(' ');
-      rows.append(std::to_string(x));
+      std::fprintf(stderr, "k3 run: finish %s; %lld steps; rows per shard: %s\n", reason.c_str(),
+                   static_cast<long long>(st.steps), rows.c_str());
+      rc = 0;
+      return;
     }
-    std::fprintf(stderr, "k3 run: finish %s; %lld steps; rows per shard: %s\n", reason.c_str(),
-                 static_cast<long long>(st.steps), rows.c_str());
-    return 0;
-  }
 
-  std::vector<std::string> notes;
-  auto m = model::model::load(dir, lo, &notes);
-  for (const auto& n : notes) std::fprintf(stderr, "k3 run: %s\n", n.c_str());
-  std::fprintf(stderr, "k3 run: %s\n", m->config().describe().c_str());
-  if (lo.quantize_experts && !m->config().experts_mxfp4)
-    std::fprintf(stderr, "k3 run: routed experts quantized to MXFP4 at load (OCP scale rule)\n");
+    std::vector<std::string> notes;
+    auto m = model::model::load(dir, lo, &notes);
+    for (const auto& n : notes) std::fprintf(stderr, "k3 run: %s\n", n.c_str());
+    std::fprintf(stderr, "k3 run: %s\n", m->config().describe().c_str());
+    if (lo.quantize_experts && !m->config().experts_mxfp4)
+      std::fprintf(stderr, "k3 run: routed experts quantized to MXFP4 at load (OCP scale rule)\n");
 
-  if (!dump.empty()) {
-    const auto ids = parse_ids(tokens);
-    auto seq = m->new_sequence();
-    const model::batch_entry e{&seq, ids, true};
-    const auto out = m->step({&e, 1});
-    std::ofstream f(dump, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(out.logits.data()),
-            static_cast<std::streamsize>(out.logits.size() * sizeof(float)));
-    if (!f) throw std::runtime_error(dump + ": write failed");
-    std::fprintf(stderr, "k3 run: wrote %zu x %lld fp32 logits to %s\n", ids.size(),
-                 static_cast<long long>(out.vocab), dump.c_str());
-    return 0;
-  }
+    if (!dump.empty()) {
+      const auto ids = parse_ids(tokens);
+      auto seq = m->new_sequence();
+      const model::batch_entry e{&seq, ids, true};
+      const auto out = m->step({&e, 1});
+      std::ofstream f(dump, std::ios::binary | std::ios::trunc);
+      f.write(reinterpret_cast<const char*>(out.logits.data()),
+              static_cast<std::streamsize>(out.logits.size() * sizeof(float)));
+      if (!f) throw std::runtime_error(dump + ": write failed");
+      std::fprintf(stderr, "k3 run: wrote %zu x %lld fp32 logits to %s\n", ids.size(),
+                   static_cast<long long>(out.vocab), dump.c_str());
+      rc = 0;
+      return;
+    }
 
-  const auto tk = tok::kimi_tokenizer::load(dir);
-  if (tk.vocab_size() > m->config().vocab) // spec §12.9: ids past the embedding would be out of range
-    throw std::runtime_error(dir + ": the tokenizer has " + std::to_string(tk.vocab_size()) +
-                             " ids but config.json vocab_size is " + std::to_string(m->config().vocab));
-  std::vector<std::int32_t> ids;
-  if (!prompt.empty()) {
-    ids = tk.encode(prompt, false);
-  } else {
-    chat::conversation conv;
-    conv.thinking = thinking;
-    auto turn = [&](const char* role, const std::string& text) {
-      chat::message msg;
-      msg.role = role;
-      msg.content = text;
-      conv.messages.push_back(std::move(msg));
-    };
-    if (!system.empty()) turn("system", system);
-    turn("user", chat);
-    const auto segs = m->config().fam == model::family::kimi_k3 ? chat::render_k3(conv) : chat::render_k2(conv);
-    ids = tk.encode(segs);
-  }
-  if (ids.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
+    const auto tk = tok::kimi_tokenizer::load(dir);
+    if (tk.vocab_size() > m->config().vocab) // spec §12.9: ids past the embedding would be out of range
+      throw std::runtime_error(dir + ": the tokenizer has " + std::to_string(tk.vocab_size()) +
+                               " ids but config.json vocab_size is " + std::to_string(m->config().vocab));
+    std::vector<std::int32_t> ids;
+    if (!prompt.empty()) {
+      ids = tk.encode(prompt, false);
+    } else {
+      chat::conversation conv;
+      conv.thinking = thinking;
+      auto turn = [&](const char* role, const std::string& text) {
+        chat::message msg;
+        msg.role = role;
+        msg.content = text;
+        conv.messages.push_back(std::move(msg));
+      };
+      if (!system.empty()) turn("system", system);
+      turn("user", chat);
+      const auto segs = m->config().fam == model::family::kimi_k3 ? chat::render_k3(conv) : chat::render_k2(conv);
+      ids = tk.encode(segs);
+    }
+    if (ids.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
 
-  tok::incremental_decoder dec(tk.bpe());
-  const auto r = model::generate(*m, ids, tk.stop_ids, g, [&](std::int32_t id) {
-    if (print_ids) std::printf("%d ", id);
-    else std::fputs(dec.push(id).c_str(), stdout);
-    std::fflush(stdout);
+    tok::incremental_decoder dec(tk.bpe());
+    const auto r = model::generate(*m, ids, tk.stop_ids, g, [&](std::int32_t id) {
+      if (print_ids) std::printf("%d ", id);
+      else std::fputs(dec.push(id).c_str(), stdout);
+      std::fflush(stdout);
+    });
+    if (!print_ids) std::fputs(dec.flush().c_str(), stdout);
+    std::fputc('\n', stdout);
+    const double dec_tok = r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) : 0.0;
+    std::fprintf(stderr, "k3 run: prompt %lld tokens, prefill %.1f tok/s (%.3f s); generated %zu tokens, decode %.2f tok/s; finish %s\n",
+                 static_cast<long long>(r.prompt_tokens), r.prompt_tokens / std::max(r.prefill_seconds, 1e-9),
+                 r.prefill_seconds, r.tokens.size(), dec_tok / std::max(r.decode_seconds, 1e-9), r.finish_reason.c_str());
+    rc = 0;
+      return;
   });
-  if (!print_ids) std::fputs(dec.flush().c_str(), stdout);
-  std::fputc('\n', stdout);
-  const double dec_tok = r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) : 0.0;
-  std::fprintf(stderr, "k3 run: prompt %lld tokens, prefill %.1f tok/s (%.3f s); generated %zu tokens, decode %.2f tok/s; finish %s\n",
-               static_cast<long long>(r.prompt_tokens), r.prompt_tokens / std::max(r.prefill_seconds, 1e-9),
-               r.prefill_seconds, r.tokens.size(), dec_tok / std::max(r.decode_seconds, 1e-9), r.finish_reason.c_str());
-  return 0;
 }
 
 } // namespace k3::app

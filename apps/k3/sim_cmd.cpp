@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "actors/sim_cluster.hpp"
-#include "apps/k3/cli_args.hpp"
+#include <CLI/CLI.hpp>
+
+#include "apps/k3/commands.hpp"
+#include "config/cli_util.hpp"
 #include "runtime/sim/builtin.hpp"
 #include "runtime/sim/deployment.hpp"
 #include "runtime/sim/report.hpp"
@@ -16,32 +19,6 @@
 namespace k3::app {
 namespace {
 
-const char* kHelp =
-    "usage: k3 sim --plan A|B|C|FILE|\"k3 serve …flags…\" [options]\n"
-    "  --plan P            built-in plan of the deployment guide (A: 8x B300 TP8 EP8 128K; B: 16x B200 TP16\n"
-    "                      EP16 512K MXFP4; C: GB200 NVL72 TP8 PP3 EP72 1M BF16), a plan file, or a launch line\n"
-    "  --hardware H        GPU preset (h20 h100 h200 b200 b300 gb200_nvl72 gb300_nvl72) or a JSON file\n"
-    "  --gpus N            GPU count (default: the plan's, or TP x PP x DP)\n"
-    "  --model M           kimi-k3 (default), kimi-linear-48b, kimi-k2, deepseek-v3, a config.json or checkpoint dir\n"
-    "  --workload W        poisson:RATE | rate:RATE | closed:N | trace:FILE (Azure CSV)   [poisson:1]\n"
-    "  --input-len D       N | uniform:A:B | lognormal:MEAN:SIGMA                       [2000]\n"
-    "  --output-len D      same forms                                                  [200]\n"
-    "  --num-requests N    requests to simulate (trace: at most N rows, 0 = all)       [1000]\n"
-    "  --trace-speed X     replay a trace X times faster\n"
-    "  --sweep V1,V2,...   rerun with each rate (poisson/rate) or concurrency (closed)\n"
-    "  --routing R         uniform | power-law:ALPHA | counts:FILE (k3 serve /metrics dump or CSV)  [uniform]\n"
-    "  --slo-ttft-ms X     goodput SLO on time to first token                          [2000]\n"
-    "  --slo-tpot-ms X     goodput SLO on time per output token                        [50]\n"
-    "  --max-num-seqs N    running sequences per replica (default: plan, else 256, clamped to KDA slots)\n"
-    "  --param NAME=VALUE  change one model parameter (--list-params shows all with their defaults)\n"
-    "  --seed S            workload and routing seed                                   [1]\n"
-    "  --engine des|actors des: discrete-event run over the scheduler / KV classes (fast); actors: the\n"
-    "                      production actors with mock stream and expert-shard actors in virtual time  [des]\n"
-    "  --json FILE         everything as JSON; --csv FILE: per-request rows; --svg DIR: plots\n"
-    "  --memory-only       memory plan only (no traffic)\n"
-    "  --validate          reproduce the published points and print their errors\n"
-    "  --list-params | --list-presets\n";
-
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   if (!out || !(out << text)) throw sim::sim_error("cannot write " + path);
@@ -49,71 +26,82 @@ void write_file(const std::string& path, const std::string& text) {
 
 } // namespace
 
-int sim_main(const std::vector<std::string_view>& args) {
-  std::string plan_spec, hardware, model = "kimi-k3", workload = "poisson:1", json_path, csv_path, svg_dir, routing = "uniform", sweep;
-  std::string input_len = "2000", output_len = "200";
-  int gpus = 0, max_num_seqs = 0;
-  std::int64_t num_requests = 1000;
-  std::uint64_t seed = 1;
-  double trace_speed = 1, slo_ttft = 2000, slo_tpot = 50;
-  bool memory_only = false, validate = false;
-  std::string engine = "des";
+void add_sim_command(CLI::App& root, int& rc) {
+  auto* cmd = root.add_subcommand("sim", "Capacity and latency of a K3 deployment plan on modeled GPUs (no GPU needed)");
+  struct opts {
+    std::string plan_spec, hardware, model = "kimi-k3", workload = "poisson:1", json_path, csv_path, svg_dir,
+        routing = "uniform", sweep, input_len = "2000", output_len = "200", engine = "des";
+    int gpus = 0, max_num_seqs = 0;
+    std::int64_t num_requests = 1000;
+    std::uint64_t seed = 1;
+    double trace_speed = 1, slo_ttft = 2000, slo_tpot = 50;
+    bool memory_only = false, validate = false, list_params = false, list_presets = false;
+    std::vector<std::string> params;
+  };
+  auto o = std::make_shared<opts>();
+  using CLI::Range;
+  cmd->add_option("--plan", o->plan_spec,
+                  "A (8x B300 TP8 EP8 128K), B (16x B200 TP16 EP16 512K MXFP4), C (GB200 NVL72 TP8 PP3 EP72 1M BF16), "
+                  "a plan file, or a launch line (\"k3 serve ...\" / vllm / sglang)");
+  cmd->add_option("--hardware", o->hardware, "GPU preset (h20 h100 h200 b200 b300 gb200_nvl72 gb300_nvl72) or a JSON file");
+  cmd->add_option("--gpus", o->gpus, "GPU count (default: the plan's, or TP x PP x DP)")->check(Range(1, 1 << 16));
+  cmd->add_option("--model", o->model, "kimi-k3, kimi-linear-48b, kimi-k2, deepseek-v3, a config.json or a checkpoint dir");
+  cmd->add_option("--workload", o->workload, "poisson:RATE | rate:RATE | closed:N | trace:FILE (Azure CSV)");
+  cmd->add_option("--input-len", o->input_len, "N | uniform:A:B | lognormal:MEAN:SIGMA");
+  cmd->add_option("--output-len", o->output_len, "same forms as --input-len");
+  cmd->add_option("--num-requests", o->num_requests, "Requests to simulate (trace: at most N rows, 0 = all)")
+      ->check(Range(std::int64_t{0}, std::int64_t{1} << 32));
+  cmd->add_option("--trace-speed", o->trace_speed, "Replay a trace X times faster");
+  cmd->add_option("--sweep", o->sweep, "V1,V2,...: rerun with each rate (poisson/rate) or concurrency (closed)");
+  cmd->add_option("--routing", o->routing, "uniform | power-law:ALPHA | counts:FILE (k3 serve /metrics dump or CSV)");
+  cmd->add_option("--slo-ttft-ms", o->slo_ttft, "Goodput SLO on time to first token");
+  cmd->add_option("--slo-tpot-ms", o->slo_tpot, "Goodput SLO on time per output token");
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "Running sequences per replica (default: plan, else 256)")->check(Range(1, 1 << 20));
+  cmd->add_option("--param", o->params, "NAME=VALUE: change one model parameter (repeatable; --list-params)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--seed", o->seed, "Workload and routing seed")->check(Range(std::uint64_t{0}, std::uint64_t{1} << 62));
+  cmd->add_option("--engine", o->engine, "des: discrete-event run over the scheduler / KV classes; actors: the production "
+                                         "actors with mock stream and shard actors in virtual time")
+      ->check(CLI::IsMember({"des", "actors"}));
+  cmd->add_option("--json", o->json_path, "Everything as JSON to FILE");
+  cmd->add_option("--csv", o->csv_path, "Per-request rows to FILE");
+  cmd->add_option("--svg", o->svg_dir, "Plots into DIR");
+  k3::conf::add_bool(*cmd, "--memory-only", o->memory_only, "Memory plan only (no traffic)");
+  k3::conf::add_bool(*cmd, "--validate", o->validate, "Reproduce the published points and print their errors");
+  k3::conf::add_bool(*cmd, "--list-params", o->list_params, "The model parameters with their defaults");
+  k3::conf::add_bool(*cmd, "--list-presets", o->list_presets, "Built-in hardware, plans and models");
+  cmd->callback([o, &rc] {
+  auto& [plan_spec, hardware, model, workload, json_path, csv_path, svg_dir, routing, sweep, input_len, output_len, engine,
+         gpus, max_num_seqs, num_requests, seed, trace_speed, slo_ttft, slo_tpot, memory_only, validate, list_params,
+         list_presets, param_list] = *o;
   sim::cost_params params;
-  cli_args a(args);
-  while (!a.done()) {
-    const auto f = a.next();
-    if (f == "--plan") plan_spec = a.value(f);
-    else if (f == "--hardware") hardware = a.value(f);
-    else if (f == "--gpus") gpus = static_cast<int>(a.integer(f, 1, 1 << 16));
-    else if (f == "--model") model = a.value(f);
-    else if (f == "--workload") workload = a.value(f);
-    else if (f == "--input-len") input_len = a.value(f);
-    else if (f == "--output-len") output_len = a.value(f);
-    else if (f == "--num-requests") num_requests = a.integer(f, 0, 1ll << 32);
-    else if (f == "--trace-speed") trace_speed = a.number(f);
-    else if (f == "--sweep") sweep = a.value(f);
-    else if (f == "--routing") routing = a.value(f);
-    else if (f == "--slo-ttft-ms") slo_ttft = a.number(f);
-    else if (f == "--slo-tpot-ms") slo_tpot = a.number(f);
-    else if (f == "--max-num-seqs") max_num_seqs = static_cast<int>(a.integer(f, 1, 1 << 20));
-    else if (f == "--seed") seed = static_cast<std::uint64_t>(a.integer(f, 0, 1ll << 62));
-    else if (f == "--json") json_path = a.value(f);
-    else if (f == "--csv") csv_path = a.value(f);
-    else if (f == "--svg") svg_dir = a.value(f);
-    else if (f == "--memory-only") memory_only = true;
-    else if (f == "--engine") {
-      engine = a.value(f);
-      if (engine != "des" && engine != "actors") throw sim::sim_error("--engine " + engine + ": expected des or actors");
+  for (const auto& kv : param_list) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw sim::sim_error("--param " + kv + ": expected NAME=VALUE");
+    params.set(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  if (list_params) {
+    for (const auto& d : sim::describe_params(params)) std::printf("  %-26s %-8s %s\n", d.name.c_str(), d.value.c_str(), d.doc.c_str());
+    rc = 0;
+    return;
+  }
+  if (list_presets) {
+    for (const char* kind : {"hardware", "plans", "models"}) {
+      std::printf("%s:", kind);
+      for (const auto& n : sim::builtin_names(kind)) std::printf(" %s", n.c_str());
+      std::printf("\n");
     }
-    else if (f == "--validate") validate = true;
-    else if (f == "--param") {
-      const auto kv = a.value(f);
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos) throw sim::sim_error("--param " + kv + ": expected NAME=VALUE");
-      params.set(kv.substr(0, eq), kv.substr(eq + 1));
-    } else if (f == "--list-params") {
-      for (const auto& d : sim::describe_params(params)) std::printf("  %-26s %-8s %s\n", d.name.c_str(), d.value.c_str(), d.doc.c_str());
-      return 0;
-    } else if (f == "--list-presets") {
-      for (const char* kind : {"hardware", "plans", "models"}) {
-        std::printf("%s:", kind);
-        for (const auto& n : sim::builtin_names(kind)) std::printf(" %s", n.c_str());
-        std::printf("\n");
-      }
-      return 0;
-    } else if (f == "-h" || f == "--help") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    } else {
-      throw sim::sim_error("unknown option '" + std::string(f) + "' (k3 sim --help)");
-    }
+    rc = 0;
+    return;
   }
   if (!(trace_speed > 0)) throw sim::sim_error("--trace-speed must be positive");
   if (!(slo_ttft > 0) || !(slo_tpot > 0)) throw sim::sim_error("--slo-ttft-ms and --slo-tpot-ms must be positive");
   if (validate) {
     const auto pts = sim::run_validation(params);
     std::fputs(sim::validation_table(pts).c_str(), stdout);
-    return 0;
+    rc = 0;
+    return;
   }
   if (plan_spec.empty()) throw sim::sim_error("--plan is required (A, B, C, a plan file or a launch line; k3 sim --help)");
 
@@ -192,7 +180,8 @@ int sim_main(const std::vector<std::string_view>& args) {
       write_file((dir / "pools.svg").string(), sim::svg_pools(in.points.back().r, in.points.back().label));
     }
   }
-  return mp.fits ? 0 : 3;
+  rc = mp.fits ? 0 : 3;
+  });
 }
 
 } // namespace k3::app

@@ -82,6 +82,10 @@ struct generation_params {
   bool ignore_eos = false;
   int priority = 0;
   std::vector<std::string> stop; ///< text stop sequences
+  bool skip_special_tokens = true; ///< special-token text (not structural markers) left out of the text
+  /// Ids the output parser consumes (chat markers): they produce no text and release text held
+  /// for UTF-8 or stop-string matching, so text never crosses a marker (request_options).
+  std::vector<std::int32_t> structural_ids;
 };
 
 struct submit_result {
@@ -109,6 +113,9 @@ public:
   /// Renders one user turn with the model's chat format (K3 XTML, thinking on; K2 envelope).
   submit_result submit_chat(const std::string& user_text, const generation_params& p, stream_sink sink);
   void cancel(engine::request_id id);
+  /// Ends every open request with shutting_down now and refuses new ones (the server's drain
+  /// deadline); does not wait. The destructor completes the shutdown.
+  void stop_requests();
   [[nodiscard]] actors::engine_stats stats();
 
   [[nodiscard]] const model::model_config& config() const noexcept;

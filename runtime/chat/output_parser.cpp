@@ -1,82 +1,58 @@
 #include "runtime/chat/output_parser.hpp"
 
 #include <algorithm>
-#include <initializer_list>
 
 #include "runtime/chat/json.hpp"
 #include "runtime/chat/k3_xtml.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
 
 namespace k3::chat {
 namespace {
 
-constexpr std::string_view think_open = "<|open|>think<|sep|>";
-constexpr std::string_view think_close = "<|close|>think<|sep|>";
-constexpr std::string_view resp_open = "<|open|>response<|sep|>";
-constexpr std::string_view resp_close = "<|close|>response<|sep|>";
-constexpr std::string_view tools_open = "<|open|>tools<|sep|>";
-constexpr std::string_view tools_close = "<|close|>tools<|sep|>";
-constexpr std::string_view msg_close = "<|close|>message<|sep|>";
-constexpr std::string_view call_open = "<|open|>call";
-constexpr std::string_view call_close = "<|close|>call<|sep|>";
-constexpr std::string_view end_msg = "<|end_of_msg|>";
-constexpr std::string_view eos = "[EOS]";
-
-constexpr std::string_view k3_markers[] = {think_open, think_close, resp_open,  resp_close, tools_open,
-                                           tools_close, msg_close,  call_close, end_msg,    eos};
-
-// Length of the longest suffix of s that is a proper prefix of some marker (to hold back).
-template <std::size_t N>
-std::size_t held_suffix(std::string_view s, const std::string_view (&markers)[N]) {
-  std::size_t best = 0;
-  for (auto m : markers)
-    for (std::size_t len = std::min(s.size(), m.size() - 1); len > best; --len)
-      if (s.substr(s.size() - len) == m.substr(0, len)) {
-        best = len;
-        break;
-      }
-  return best;
+std::string_view tag_name(std::string_view header) {
+  std::size_t a = 0;
+  while (a < header.size() && header[a] == ' ') ++a;
+  std::size_t b = a;
+  while (b < header.size() && header[b] != ' ') ++b;
+  return header.substr(a, b - a);
 }
 
-struct hit {
-  std::size_t pos = std::string_view::npos;
-  std::string_view marker;
-};
+std::string attr(const std::vector<std::pair<std::string, std::string>>& a, std::string_view key) {
+  for (const auto& [k, v] : a)
+    if (k == key) return v;
+  return {};
+}
 
-hit earliest(std::string_view s, std::initializer_list<std::string_view> markers) {
-  hit h;
-  for (auto m : markers) {
-    const auto p = s.find(m);
-    if (p < h.pos) h = {p, m};
+/// JSON string body (no quotes) of text: safe to split anywhere between characters.
+std::string escaped(std::string_view t) {
+  std::string q = json::quote(t);
+  return q.substr(1, q.size() - 2);
+}
+
+call_delta& last_call(parse_delta& d, std::size_t index) {
+  if (d.calls.empty() || d.calls.back().index != index) {
+    d.calls.emplace_back();
+    d.calls.back().index = index;
   }
-  return h;
+  return d.calls.back();
 }
 
-// Moves buf's text before the earliest stop marker into out and drops the marker; with no stop
-// in sight, moves everything except a held-back possible marker prefix (or all, when final).
-template <std::size_t N>
-hit take_until(std::string& buf, std::string& out, std::initializer_list<std::string_view> stops,
-               const std::string_view (&markers)[N], bool final) {
-  const std::string_view b = buf;
-  const hit h = earliest(b, stops);
-  if (h.pos == std::string_view::npos) {
-    const std::size_t n = b.size() - (final ? 0 : held_suffix(b, markers));
-    out.append(b.substr(0, n));
-    buf.erase(0, n);
-  } else {
-    out.append(b.substr(0, h.pos));
-    buf.erase(0, h.pos + h.marker.size());
+} // namespace
+
+void parse_delta::append(parse_delta&& d) {
+  reasoning += d.reasoning;
+  content += d.content;
+  for (auto& c : d.calls) {
+    if (!calls.empty() && calls.back().index == c.index && !c.begin) calls.back().arguments += c.arguments;
+    else calls.push_back(std::move(c));
   }
-  return h;
 }
 
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; });
-}
-
-// key="value" pairs of a tag header (values unescaped).
-std::vector<std::pair<std::string, std::string>> attributes(std::string_view h) {
+std::vector<std::pair<std::string, std::string>> parse_attributes(std::string_view h) {
   std::vector<std::pair<std::string, std::string>> out;
-  std::size_t i = 0;
+  std::size_t i = 0; // past the tag name
+  while (i < h.size() && h[i] == ' ') ++i;
+  while (i < h.size() && h[i] != ' ') ++i;
   while (i < h.size()) {
     while (i < h.size() && h[i] == ' ') ++i;
     const auto eq = h.find("=\"", i);
@@ -89,237 +65,237 @@ std::vector<std::pair<std::string, std::string>> attributes(std::string_view h) 
   return out;
 }
 
-std::string attr(const std::vector<std::pair<std::string, std::string>>& a, std::string_view key) {
-  for (const auto& [k, v] : a)
-    if (k == key) return v;
-  return {};
+// ---- K3 ------------------------------------------------------------------------------------
+
+k3_output_parser::marker_ids k3_output_parser::ids_of(const tok::kimi_tokenizer& t) {
+  marker_ids m;
+  m.open = t.id_of("<|open|>");
+  m.close = t.id_of("<|close|>");
+  m.sep = t.id_of("<|sep|>");
+  m.end_of_msg = t.id_of("<|end_of_msg|>");
+  m.eos = t.id_of("[EOS]");
+  return m;
 }
 
-} // namespace
+k3_output_parser::k3_output_parser(marker_ids ids, bool starts_in_reasoning, bool report_calls)
+    : ids_(ids), report_(report_calls), mode_(starts_in_reasoning ? mode::reasoning : mode::content) {}
 
-void parse_delta::append(parse_delta&& d) {
-  reasoning += d.reasoning;
-  content += d.content;
-  for (auto& c : d.calls) calls.push_back(std::move(c));
+void k3_output_parser::args(parse_delta& d, std::string s) {
+  if (s.empty() || !report_) return;
+  last_call(d, calls_ - 1).arguments += s;
 }
 
-bool parse_k3_call(std::string_view call, parsed_call& out) {
-  // call = "<|open|>call ATTRS<|sep|>BODY<|close|>call<|sep|>"
-  constexpr std::string_view sep = "<|sep|>";
-  if (call.substr(0, call_open.size()) != call_open) return false;
-  const auto hdr_end = call.find(sep);
-  if (hdr_end == std::string_view::npos) return false;
-  const auto attrs = attributes(call.substr(call_open.size(), hdr_end - call_open.size()));
-  out.name = attr(attrs, "tool");
-  if (out.name.empty()) return false;
-  std::string_view body = call.substr(hdr_end + sep.size());
-  if (body.size() >= call_close.size() && body.substr(body.size() - call_close.size()) == call_close)
-    body.remove_suffix(call_close.size());
-  // A raw JSON block is honoured only as the whole body.
-  constexpr std::string_view json_open = "<|open|>json";
-  constexpr std::string_view json_close = "<|close|>json<|sep|>";
-  if (body.substr(0, json_open.size()) == json_open && body.size() >= json_close.size() &&
-      body.substr(body.size() - json_close.size()) == json_close) {
-    const auto s = body.find(sep);
-    if (s != std::string_view::npos && s + sep.size() <= body.size() - json_close.size()) {
-      out.arguments = std::string(body.substr(s + sep.size(), body.size() - json_close.size() - s - sep.size()));
-      return true;
-    }
+void k3_output_parser::text(std::string_view t, parse_delta& d) {
+  if (t.empty()) return;
+  if (in_header_) {
+    header_.append(t);
+    return;
   }
-  json::value args;
-  args.k = json::value::kind::object;
-  constexpr std::string_view arg_open = "<|open|>argument";
-  constexpr std::string_view arg_close = "<|close|>argument<|sep|>";
-  std::size_t i = 0;
-  while ((i = body.find(arg_open, i)) != std::string_view::npos) {
-    const auto h = body.find(sep, i);
-    if (h == std::string_view::npos) break;
-    const auto a = attributes(body.substr(i + arg_open.size(), h - i - arg_open.size()));
-    const auto vend = body.find(arg_close, h + sep.size());
-    if (vend == std::string_view::npos) break;
-    const std::string raw(body.substr(h + sep.size(), vend - h - sep.size()));
-    const std::string key = attr(a, "key"), type = attr(a, "type");
-    json::value v = json::value::string_value(raw);
-    if (type != "string") {
-      try {
-        v = json::parse(raw);
-      } catch (const json::parse_error&) {
-        v = json::value::string_value(raw); // malformed: keep the text
+  switch (mode_) {
+    case mode::reasoning: d.reasoning.append(t); return;
+    case mode::content: d.content.append(t); return;
+    case mode::between:
+    case mode::after_content: {
+      // Whitespace between channels is layout; other text is the answer (models sometimes skip
+      // the response tag), leading whitespace dropped.
+      std::size_t ws = 0;
+      while (ws < t.size() && (t[ws] == ' ' || t[ws] == '\n' || t[ws] == '\r' || t[ws] == '\t')) ++ws;
+      if (ws == t.size()) return;
+      mode_ = mode::content;
+      d.content.append(t.substr(ws));
+      return;
+    }
+    case mode::argument:
+      if (arg_string_) args(d, escaped(t));
+      else arg_raw_.append(t);
+      return;
+    case mode::json: args(d, std::string(t)); return;
+    case mode::tools:
+    case mode::call:
+    case mode::dropped_call:
+    case mode::closed:
+    case mode::done: return; // layout between calls, text after the message: not content
+  }
+}
+
+void k3_output_parser::close_argument(parse_delta& d) {
+  if (mode_ != mode::argument) return;
+  if (arg_string_) {
+    args(d, "\"");
+  } else {
+    // Re-serialized like json.dumps; malformed JSON keeps its text as a string.
+    std::string out;
+    try {
+      out = json::dump(json::parse(arg_raw_));
+    } catch (const json::parse_error&) {
+      out = json::quote(arg_raw_);
+    }
+    args(d, out);
+  }
+  arg_raw_.clear();
+  mode_ = mode::call;
+}
+
+void k3_output_parser::close_call(parse_delta& d) {
+  if (mode_ == mode::argument) close_argument(d);
+  if (call_open_) args(d, any_arg_ ? "}" : "{}");
+  call_open_ = false;
+  mode_ = mode::tools;
+}
+
+void k3_output_parser::header(parse_delta& d) {
+  in_header_ = false;
+  const std::string h = std::move(header_);
+  header_.clear();
+  const auto name = tag_name(h);
+  if (!header_close_) {
+    if (name == "think") {
+      if (mode_ != mode::reasoning) mode_ = mode::reasoning; // a repeated opener is consumed
+    } else if (name == "response") {
+      if (mode_ == mode::call || mode_ == mode::argument || mode_ == mode::json || mode_ == mode::dropped_call) close_call(d);
+      mode_ = mode::content;
+    } else if (name == "tools") {
+      if (call_open_ || mode_ == mode::dropped_call) close_call(d);
+      mode_ = mode::tools; // also straight out of think: the model may skip response
+    } else if (name == "call") {
+      if (call_open_ || mode_ == mode::dropped_call) close_call(d);
+      const auto a = parse_attributes(h);
+      const std::string tool = attr(a, "tool");
+      if (tool.empty() || !report_) {
+        mode_ = mode::dropped_call; // a call without a tool name is dropped (spec §16.7 rule 5)
+        return;
+      }
+      call_open_ = true;
+      any_arg_ = false;
+      ++calls_;
+      auto& c = last_call(d, calls_ - 1);
+      c.begin = true;
+      c.name = tool;
+      mode_ = mode::call;
+    } else if (name == "argument") {
+      if (mode_ == mode::argument) close_argument(d);
+      if (mode_ != mode::call) return; // not inside a call: ignore
+      const auto a = parse_attributes(h);
+      args(d, std::string(any_arg_ ? ", " : "{") + json::quote(attr(a, "key")) + ": ");
+      any_arg_ = true;
+      arg_string_ = attr(a, "type") == "string";
+      if (arg_string_) args(d, "\"");
+      mode_ = mode::argument;
+    } else if (name == "json") {
+      // A raw JSON block is honoured only as the whole call body.
+      if (mode_ == mode::call && !any_arg_) {
+        any_arg_ = true;
+        call_open_ = false; // the block is the arguments: nothing to close
+        mode_ = mode::json;
       }
     }
-    auto it = std::find_if(args.members.begin(), args.members.end(), [&](const auto& m) { return m.first == key; });
-    if (it != args.members.end()) it->second = std::move(v);
-    else args.members.emplace_back(key, std::move(v));
-    i = vend + arg_close.size();
+    // `message` and unknown tags: no channel change.
+    return;
   }
-  out.arguments = json::dump(args);
-  return true;
+  if (name == "think") {
+    if (mode_ == mode::reasoning) mode_ = mode::between;
+  } else if (name == "response") {
+    if (mode_ == mode::content || mode_ == mode::reasoning) mode_ = mode::after_content;
+  } else if (name == "argument") {
+    close_argument(d);
+  } else if (name == "json") {
+    if (mode_ == mode::json) mode_ = mode::call;
+  } else if (name == "call") {
+    close_call(d);
+  } else if (name == "tools" || name == "message") {
+    if (call_open_ || mode_ == mode::dropped_call || mode_ == mode::json) close_call(d);
+    mode_ = mode::closed;
+  }
 }
 
-parse_delta k3_output_parser::feed(std::string_view text) {
-  buf_.append(text);
-  return run(false);
-}
-
-parse_delta k3_output_parser::finish() { return run(true); }
-
-parse_delta k3_output_parser::run(bool final) {
+parse_delta k3_output_parser::feed(std::int32_t token, std::string_view t) {
   parse_delta d;
-  for (;;) {
-    std::string_view b = buf_;
-    auto consume = [&](std::size_t n) { buf_.erase(0, n); };
-    switch (state_) {
-      case state::reasoning: {
-        if (!think_prefix_checked_) {
-          // Tolerate the model repeating the opener the prompt already contained.
-          if (b.size() < think_open.size() && think_open.substr(0, b.size()) == b && !final) return d;
-          think_prefix_checked_ = true;
-          if (b.substr(0, think_open.size()) == think_open) {
-            consume(think_open.size());
-            continue;
-          }
-        }
-        const hit h = take_until(buf_, d.reasoning, {think_close, resp_open, tools_open, msg_close, end_msg, eos},
-                                 k3_markers, final);
-        if (h.pos == std::string_view::npos) return d;
-        state_ = h.marker == think_close ? state::between
-                 : h.marker == resp_open ? state::content
-                 : h.marker == tools_open ? state::tools
-                 : h.marker == msg_close  ? state::closed
-                                          : state::done;
-        continue;
-      }
-      case state::between:
-      case state::after_content: {
-        std::size_t ws = 0;
-        while (ws < b.size() && (b[ws] == '\n' || b[ws] == ' ' || b[ws] == '\r' || b[ws] == '\t')) ++ws;
-        const std::string_view rest = b.substr(ws);
-        bool matched = false;
-        for (auto m : {resp_open, tools_open, msg_close, end_msg, eos}) {
-          if (state_ == state::after_content && m == resp_open) continue;
-          if (rest.substr(0, m.size()) == m) {
-            consume(ws + m.size());
-            state_ = m == resp_open ? state::content : m == tools_open ? state::tools : m == msg_close ? state::closed : state::done;
-            matched = true;
-            break;
-          }
-        }
-        if (matched) continue;
-        if (!final && (rest.empty() || held_suffix(rest, k3_markers) == rest.size())) return d; // undecided
-        if (state_ == state::after_content && blank(b)) {
-          consume(b.size());
-          return d;
-        }
-        // Text without a response opener: it is the answer (models sometimes skip the tag).
-        state_ = state::content;
-        continue;
-      }
-      case state::content: {
-        const hit h = take_until(buf_, d.content, {resp_close, tools_open, msg_close, end_msg, eos}, k3_markers, final);
-        if (h.pos == std::string_view::npos) return d;
-        state_ = h.marker == resp_close ? state::after_content
-                 : h.marker == tools_open ? state::tools
-                 : h.marker == msg_close  ? state::closed
-                                          : state::done;
-        continue;
-      }
-      case state::tools: {
-        const auto c = b.find(call_close);
-        const hit h = earliest(b, {tools_close, end_msg, eos, msg_close});
-        if (c != std::string_view::npos && c < h.pos) {
-          const auto start = b.find(call_open);
-          if (start != std::string_view::npos && start < c) {
-            parsed_call pc;
-            if (parse_k3_call(b.substr(start, c + call_close.size() - start), pc)) d.calls.push_back(std::move(pc));
-          }
-          consume(c + call_close.size());
-          continue;
-        }
-        if (h.pos != std::string_view::npos) {
-          consume(h.pos + h.marker.size());
-          state_ = h.marker == tools_close || h.marker == msg_close ? state::closed : state::done;
-          continue;
-        }
-        if (final) consume(b.size()); // a call cut off mid-way is dropped
-        return d;
-      }
-      case state::closed: {
-        const hit h = earliest(b, {end_msg, eos});
-        if (h.pos != std::string_view::npos) {
-          consume(h.pos + h.marker.size());
-          state_ = state::done;
-          continue;
-        }
-        const std::size_t keep = final ? 0 : held_suffix(b, k3_markers);
-        consume(b.size() - keep); // stray text after the message closed is not content
-        return d;
-      }
-      case state::done:
-        buf_.clear();
-        return d;
-    }
+  if (mode_ == mode::done) return d;
+  text(t, d);
+  if (token < 0) return d;
+  if (token == ids_.open || token == ids_.close) {
+    in_header_ = true; // an unterminated earlier header is dropped
+    header_close_ = token == ids_.close;
+    header_.clear();
+  } else if (token == ids_.sep) {
+    if (in_header_) header(d);
+  } else if (token == ids_.end_of_msg || token == ids_.eos) {
+    in_header_ = false;
+    if (call_open_ || mode_ == mode::json) close_call(d);
+    mode_ = mode::done;
   }
+  return d;
+}
+
+parse_delta k3_output_parser::finish() {
+  parse_delta d;
+  in_header_ = false; // cut inside a marker: the partial header is structure, not text
+  header_.clear();
+  if (call_open_ || mode_ == mode::json || mode_ == mode::argument) close_call(d);
+  return d;
 }
 
 // ---- K2 / Kimi Linear ---------------------------------------------------------------------
 
-namespace {
-constexpr std::string_view k2_section = "<|tool_calls_section_begin|>";
-constexpr std::string_view k2_section_singular = "<|tool_call_section_begin|>";
-constexpr std::string_view k2_section_end = "<|tool_calls_section_end|>";
-constexpr std::string_view k2_call = "<|tool_call_begin|>";
-constexpr std::string_view k2_args = "<|tool_call_argument_begin|>";
-constexpr std::string_view k2_call_end = "<|tool_call_end|>";
-constexpr std::string_view k2_im_end = "<|im_end|>";
-constexpr std::string_view k2_eot = "[EOT]";
-constexpr std::string_view k2_markers[] = {k2_section, k2_section_singular, k2_section_end, k2_call, k2_args,
-                                           k2_call_end, k2_im_end, eos, k2_eot};
-} // namespace
-
-parse_delta k2_output_parser::feed(std::string_view text) {
-  buf_.append(text);
-  return run(false);
+k2_output_parser::marker_ids k2_output_parser::ids_of(const tok::kimi_tokenizer& t) {
+  marker_ids m;
+  m.section_begin = t.id_of("<|tool_calls_section_begin|>");
+  m.section_end = t.id_of("<|tool_calls_section_end|>");
+  m.call_begin = t.id_of("<|tool_call_begin|>");
+  m.arg_begin = t.id_of("<|tool_call_argument_begin|>");
+  m.call_end = t.id_of("<|tool_call_end|>");
+  m.im_end = t.id_of("<|im_end|>");
+  m.eos = t.id_of("[EOS]");
+  m.eot = t.id_of("[EOT]");
+  return m;
 }
 
-parse_delta k2_output_parser::finish() { return run(true); }
-
-parse_delta k2_output_parser::run(bool final) {
+parse_delta k2_output_parser::feed(std::int32_t token, std::string_view t) {
   parse_delta d;
-  for (;;) {
-    std::string_view b = buf_;
-    if (state_ == state::content) {
-      const hit h = take_until(buf_, d.content, {k2_section, k2_section_singular, k2_im_end, eos, k2_eot}, k2_markers, final);
-      if (h.pos == std::string_view::npos) return d;
-      state_ = h.marker == k2_section || h.marker == k2_section_singular ? state::calls : state::done;
-      continue;
+  if (mode_ == mode::done) return d;
+  if (!t.empty()) {
+    switch (mode_) {
+      case mode::content: d.content.append(t); break;
+      case mode::call_id: id_.append(t); break;
+      case mode::args: last_call(d, calls_ - 1).arguments.append(t); break;
+      default: break; // between calls: layout
     }
-    if (state_ == state::calls) {
-      const auto c = b.find(k2_call_end);
-      const hit h = earliest(b, {k2_section_end, k2_im_end, eos, k2_eot});
-      if (c != std::string_view::npos && c < h.pos) {
-        const auto s = b.find(k2_call);
-        const auto a = b.find(k2_args);
-        if (s != std::string_view::npos && a != std::string_view::npos && s < a && a < c) {
-          const std::string id(b.substr(s + k2_call.size(), a - s - k2_call.size()));
-          std::string name = id.substr(0, id.find(':'));
-          if (const auto dot = name.rfind('.'); dot != std::string::npos) name = name.substr(dot + 1);
-          if (!name.empty())
-            d.calls.push_back({name, std::string(b.substr(a + k2_args.size(), c - a - k2_args.size()))});
-        }
-        buf_.erase(0, c + k2_call_end.size());
-        continue;
-      }
-      if (h.pos != std::string_view::npos) {
-        buf_.erase(0, h.pos + h.marker.size());
-        state_ = h.marker == k2_section_end ? state::content : state::done;
-        continue;
-      }
-      if (final) buf_.clear();
-      return d;
-    }
-    buf_.clear();
-    return d;
   }
+  if (token < 0) return d;
+  if (token == ids_.section_begin) {
+    if (mode_ == mode::content) mode_ = mode::section;
+  } else if (token == ids_.call_begin) {
+    if (mode_ != mode::content) {
+      mode_ = mode::call_id;
+      id_.clear();
+    }
+  } else if (token == ids_.arg_begin) {
+    if (mode_ == mode::call_id) {
+      // functions.NAME:IDX -> NAME (vLLM: id.split(":")[0].split(".")[-1])
+      std::string name = id_.substr(0, id_.find(':'));
+      if (const auto dot = name.rfind('.'); dot != std::string::npos) name = name.substr(dot + 1);
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\n')) name.pop_back();
+      while (!name.empty() && (name.front() == ' ' || name.front() == '\n')) name.erase(0, 1);
+      if (name.empty() || !report_) {
+        mode_ = mode::dropped_call;
+      } else {
+        ++calls_;
+        auto& c = last_call(d, calls_ - 1);
+        c.begin = true;
+        c.name = name;
+        mode_ = mode::args;
+      }
+    }
+  } else if (token == ids_.call_end) {
+    if (mode_ == mode::args || mode_ == mode::dropped_call || mode_ == mode::call_id) mode_ = mode::section;
+  } else if (token == ids_.section_end) {
+    mode_ = mode::content;
+  } else if (token == ids_.im_end || token == ids_.eos || token == ids_.eot) {
+    mode_ = mode::done;
+  }
+  return d;
 }
+
+parse_delta k2_output_parser::finish() { return {}; }
 
 } // namespace k3::chat

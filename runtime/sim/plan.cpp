@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "net/server_config.hpp"
+#include "config/server_config.hpp"
 #include "runtime/sim/builtin.hpp"
 #include "runtime/sim/io_util.hpp"
 #include "runtime/sim/sim_error.hpp"

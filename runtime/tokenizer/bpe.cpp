@@ -96,6 +96,7 @@ bpe_tokenizer::bpe_tokenizer(std::vector<std::string> tokens, std::string_view p
       throw std::runtime_error("tokenizer: duplicate token bytes at rank " + std::to_string(i));
   }
   vocab_size_ = static_cast<std::int32_t>(tokens_.size());
+  for (const auto& t : tokens_) max_token_bytes_ = std::max(max_token_bytes_, t.size());
   for (auto& [text, id] : specials) {
     if (id < static_cast<std::int32_t>(tokens_.size()))
       throw std::runtime_error("tokenizer: special token '" + text + "' id " + std::to_string(id) +
@@ -106,6 +107,7 @@ bpe_tokenizer::bpe_tokenizer(std::vector<std::string> tokens, std::string_view p
     if (text.empty()) throw std::runtime_error("tokenizer: empty special token text for id " + std::to_string(id));
     if (special_first_bytes_.find(text[0]) == std::string::npos) special_first_bytes_.push_back(text[0]);
     vocab_size_ = std::max(vocab_size_, id + 1);
+    max_token_bytes_ = std::max(max_token_bytes_, text.size());
   }
   std::sort(specials_by_length_.begin(), specials_by_length_.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
@@ -206,34 +208,49 @@ void bpe_tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_
   for (std::size_t i = 0; i < n; i = next[i]) out.push_back(rank_of(piece.substr(i, next[i] - i)));
 }
 
-void bpe_tokenizer::encode_ordinary(std::string_view text, std::vector<std::int32_t>& out) const {
-  splitter_.split(text, [&](std::string_view piece) { encode_piece(piece, out); });
+namespace {
+// Thrown from inside the pre-tokenizer's callback to stop a bounded encode early.
+struct limit_reached {};
+} // namespace
+
+void bpe_tokenizer::encode_ordinary(std::string_view text, std::vector<std::int32_t>& out, std::size_t limit) const {
+  splitter_.split(text, [&](std::string_view piece) {
+    encode_piece(piece, out);
+    if (out.size() > limit) throw limit_reached{};
+  });
 }
 
-void bpe_tokenizer::encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out) const {
-  if (!allow_special || specials_.empty()) {
-    encode_ordinary(text, out);
-    return;
-  }
-  // Split at special-token occurrences (leftmost, longest at a position) and encode the
-  // text between them with the regex + BPE, as tiktoken does with allowed_special="all".
-  std::size_t pos = 0, seg = 0;
-  while (pos < text.size()) {
-    const std::size_t cand = text.find_first_of(special_first_bytes_, pos);
-    if (cand == std::string_view::npos) break;
-    bool hit = false;
-    for (const auto& s : specials_by_length_) {
-      if (text.compare(cand, s.size(), s) == 0) {
-        encode_ordinary(text.substr(seg, cand - seg), out);
-        out.push_back(specials_.find(s)->second);
-        pos = seg = cand + s.size();
-        hit = true;
-        break;
-      }
+bool bpe_tokenizer::encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out,
+                                std::size_t limit) const {
+  try {
+    if (!allow_special || specials_.empty()) {
+      encode_ordinary(text, out, limit);
+      return out.size() <= limit;
     }
-    if (!hit) pos = cand + 1;
+    // Split at special-token occurrences (leftmost, longest at a position) and encode the
+    // text between them with the regex + BPE, as tiktoken does with allowed_special="all".
+    std::size_t pos = 0, seg = 0;
+    while (pos < text.size()) {
+      const std::size_t cand = text.find_first_of(special_first_bytes_, pos);
+      if (cand == std::string_view::npos) break;
+      bool hit = false;
+      for (const auto& s : specials_by_length_) {
+        if (text.compare(cand, s.size(), s) == 0) {
+          encode_ordinary(text.substr(seg, cand - seg), out, limit);
+          out.push_back(specials_.find(s)->second);
+          if (out.size() > limit) return false;
+          pos = seg = cand + s.size();
+          hit = true;
+          break;
+        }
+      }
+      if (!hit) pos = cand + 1;
+    }
+    encode_ordinary(text.substr(seg), out, limit);
+  } catch (const limit_reached&) {
+    return false;
   }
-  encode_ordinary(text.substr(seg), out);
+  return out.size() <= limit;
 }
 
 std::vector<std::int32_t> bpe_tokenizer::encode(std::string_view text, bool allow_special) const {

@@ -9,6 +9,7 @@
 // Thread safety: a loaded tokenizer is immutable; encode/decode are const and reentrant.
 
 #include <cstdint>
+#include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,7 +37,10 @@ public:
   /// Encodes text; when allow_special, special-token strings become their ids, otherwise they
   /// are ordinary text (tiktoken's disallowed_special=()).
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text, bool allow_special) const;
-  void encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out) const;
+  /// Appends the ids of text to out. Stops early and returns false once out holds more than
+  /// `limit` ids (what is in out then is a prefix of no use); true when the whole text fit.
+  bool encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out,
+                   std::size_t limit = SIZE_MAX) const;
 
   /// Concatenated token bytes (specials by their text). Unknown ids throw std::out_of_range.
   [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const;
@@ -48,9 +52,12 @@ public:
   [[nodiscard]] bool is_special(std::int32_t id) const noexcept { return special_text_.count(id) != 0; }
   /// Id of a special token's text, or -1.
   [[nodiscard]] std::int32_t special_id(std::string_view text) const;
+  /// Bytes of the longest token (base or special): no text of B bytes encodes to fewer than
+  /// ceil(B / max_token_bytes()) ids, which bounds a prompt before it is encoded.
+  [[nodiscard]] std::size_t max_token_bytes() const noexcept { return max_token_bytes_; }
 
 private:
-  void encode_ordinary(std::string_view text, std::vector<std::int32_t>& out) const;
+  void encode_ordinary(std::string_view text, std::vector<std::int32_t>& out, std::size_t limit) const;
   void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
   [[nodiscard]] std::int32_t rank_of(std::string_view bytes) const;
 
@@ -62,6 +69,7 @@ private:
   std::vector<std::string> specials_by_length_; // longest first, for leftmost-longest scanning
   std::string special_first_bytes_;             // first byte of every special, for a quick scan
   std::int32_t vocab_size_ = 0;
+  std::size_t max_token_bytes_ = 1;
 };
 
 } // namespace k3::tok

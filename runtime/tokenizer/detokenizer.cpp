@@ -1,5 +1,7 @@
 #include "runtime/tokenizer/detokenizer.hpp"
 
+#include <algorithm>
+
 #include "runtime/tokenizer/utf8.hpp"
 
 namespace k3::tok {
@@ -33,8 +35,13 @@ std::string incremental_decoder::push_bytes(std::string_view bytes) {
   return out;
 }
 
+incremental_decoder::incremental_decoder(const bpe_tokenizer& tok, std::vector<std::int32_t> silent)
+    : tok_(&tok), silent_(std::move(silent)) {
+  std::sort(silent_.begin(), silent_.end());
+}
+
 std::string incremental_decoder::push(std::int32_t id) {
-  if (skip_ && tok_->is_special(id)) return {};
+  if (std::binary_search(silent_.begin(), silent_.end(), id)) return {};
   return push_bytes(tok_->token_bytes(id));
 }
 

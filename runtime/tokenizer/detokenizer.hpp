@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/tokenizer/bpe.hpp"
 
@@ -16,8 +17,9 @@ namespace k3::tok {
 
 class incremental_decoder {
 public:
-  /// skip_special: specials (ids that are not base tokens) produce no text.
-  explicit incremental_decoder(const bpe_tokenizer& tok, bool skip_special = false) : tok_(&tok), skip_(skip_special) {}
+  /// `silent`: ids that produce no text (skipped special tokens, markers a parser consumes);
+  /// sorted or not, duplicates allowed.
+  explicit incremental_decoder(const bpe_tokenizer& tok, std::vector<std::int32_t> silent = {});
 
   [[nodiscard]] std::string push(std::int32_t id);
   [[nodiscard]] std::string push_bytes(std::string_view bytes);
@@ -27,7 +29,7 @@ public:
 
 private:
   const bpe_tokenizer* tok_;
-  bool skip_;
+  std::vector<std::int32_t> silent_;
   std::string held_;
 };
 

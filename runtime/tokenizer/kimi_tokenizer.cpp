@@ -67,8 +67,12 @@ std::vector<std::string_view> kimi_split(std::string_view text, std::size_t wind
 }
 
 kimi_tokenizer::kimi_tokenizer(std::vector<std::string> base,
-                               const std::vector<std::pair<std::int32_t, std::string>>& named)
-    : bpe_(make_bpe(std::move(base), named)) {}
+                               const std::vector<std::pair<std::int32_t, std::string>>& named,
+                               const std::vector<std::int32_t>& not_special)
+    : bpe_(make_bpe(std::move(base), named)) {
+  for (std::int32_t id = bpe_.base_vocab_size(); id < bpe_.vocab_size(); ++id)
+    if (std::find(not_special.begin(), not_special.end(), id) == not_special.end()) skippable_.push_back(id);
+}
 
 bpe_tokenizer kimi_tokenizer::make_bpe(std::vector<std::string> base,
                                        const std::vector<std::pair<std::int32_t, std::string>>& named) {
@@ -82,6 +86,7 @@ kimi_tokenizer kimi_tokenizer::load(const std::string& model_dir) {
   auto base = bpe_tokenizer::load_tiktoken_file((dir / "tiktoken.model").string());
   const auto n = static_cast<std::int32_t>(base.size());
   std::vector<std::pair<std::int32_t, std::string>> named;
+  std::vector<std::int32_t> not_special;
   simdjson::dom::parser parser;
   const std::string tc = (dir / "tokenizer_config.json").string();
   simdjson::dom::element cfg;
@@ -99,9 +104,11 @@ kimi_tokenizer kimi_tokenizer::load(const std::string& model_dir) {
         throw std::runtime_error(tc + ": added_tokens_decoder id " + k + " outside the special range [" +
                                  std::to_string(n) + ", " + std::to_string(n + num_special_slots) + ")");
       named.emplace_back(static_cast<std::int32_t>(id), std::string(content));
+      bool special = true;
+      if (val["special"].get(special) == simdjson::SUCCESS && !special) not_special.push_back(static_cast<std::int32_t>(id));
     }
   }
-  kimi_tokenizer t(std::move(base), named);
+  kimi_tokenizer t(std::move(base), named, not_special);
   // Ids: config.json (K3 nests the text model in text_config), tokenizer_config as fallback.
   auto resolve = [&](simdjson::dom::element e) {
     if (std::int64_t v = read_id(e, "bos_token_id"); v >= 0) t.bos_id = static_cast<std::int32_t>(v);
@@ -145,8 +152,20 @@ kimi_tokenizer kimi_tokenizer::load(const std::string& model_dir) {
   return t;
 }
 
-void kimi_tokenizer::encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out) const {
-  for (std::string_view piece : kimi_split(text)) bpe_.encode_into(piece, allow_special, out);
+bool kimi_tokenizer::encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out,
+                                 std::size_t limit) const {
+  for (std::string_view piece : kimi_split(text))
+    if (!bpe_.encode_into(piece, allow_special, out, limit)) return false;
+  return true;
+}
+
+bool kimi_tokenizer::encode_bounded(std::span<const segment> segments, std::size_t limit, std::vector<std::int32_t>& out) const {
+  std::size_t bytes = 0;
+  for (const auto& s : segments) bytes += s.text.size();
+  if (min_tokens(bytes) > limit) return false;
+  for (const auto& s : segments)
+    if (!encode_into(s.text, s.control, out, limit)) return false;
+  return true;
 }
 
 std::vector<std::int32_t> kimi_tokenizer::encode(std::string_view text, bool allow_special) const {

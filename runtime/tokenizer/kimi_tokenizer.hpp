@@ -39,16 +39,31 @@ public:
   [[nodiscard]] static kimi_tokenizer load(const std::string& model_dir);
 
   /// From parts (tests and make-model): base tokens and the named specials (id -> text).
-  kimi_tokenizer(std::vector<std::string> base, const std::vector<std::pair<std::int32_t, std::string>>& named);
+  /// `not_special`: named ids marked `"special": false` (their text is kept by skip_special_tokens).
+  kimi_tokenizer(std::vector<std::string> base, const std::vector<std::pair<std::int32_t, std::string>>& named,
+                 const std::vector<std::int32_t>& not_special = {});
 
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text, bool allow_special) const;
-  void encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out) const;
+  bool encode_into(std::string_view text, bool allow_special, std::vector<std::int32_t>& out,
+                   std::size_t limit = SIZE_MAX) const;
   [[nodiscard]] std::vector<std::int32_t> encode(std::span<const segment> segments) const;
+  /// Encodes segments into out, stopping once out holds more than `limit` ids: false then.
+  /// A text whose bytes alone prove it cannot fit (min_tokens) is refused before any work.
+  bool encode_bounded(std::span<const segment> segments, std::size_t limit, std::vector<std::int32_t>& out) const;
+  /// The fewest ids `bytes` bytes of text can encode to.
+  [[nodiscard]] std::size_t min_tokens(std::size_t bytes) const noexcept {
+    return (bytes + bpe_.max_token_bytes() - 1) / bpe_.max_token_bytes();
+  }
   [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const { return bpe_.decode(ids); }
 
   [[nodiscard]] const bpe_tokenizer& bpe() const noexcept { return bpe_; }
   [[nodiscard]] std::int32_t vocab_size() const noexcept { return bpe_.vocab_size(); }
   [[nodiscard]] std::int32_t id_of(std::string_view special) const { return bpe_.special_id(special); }
+
+  /// Special ids whose text skip_special_tokens leaves out: the 256 special slots except those
+  /// tokenizer_config.json marks `"special": false` (K3's <|open|>/<|close|>/<|sep|>, K2's
+  /// tool-call markers). Sorted.
+  [[nodiscard]] const std::vector<std::int32_t>& skippable_specials() const noexcept { return skippable_; }
 
   std::int32_t bos_id = -1;
   std::int32_t eos_id = -1;
@@ -59,6 +74,7 @@ private:
   static bpe_tokenizer make_bpe(std::vector<std::string> base,
                                 const std::vector<std::pair<std::int32_t, std::string>>& named);
   bpe_tokenizer bpe_;
+  std::vector<std::int32_t> skippable_;
 };
 
 /// The Kimi 400k / 25k piece split (exposed for tests): byte ranges of text, in order.

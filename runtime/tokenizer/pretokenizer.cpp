@@ -76,11 +76,33 @@ regex_splitter::~regex_splitter() = default;
 regex_splitter::regex_splitter(regex_splitter&&) noexcept = default;
 regex_splitter& regex_splitter::operator=(regex_splitter&&) noexcept = default;
 
+namespace {
+
+// Per-thread matching resources. The JIT keeps one backtracking frame per iteration of a
+// repeated group, and the Kimi pattern's `(?:(?!\p{Han})[...])+` is such a group: with PCRE2's
+// 32 KiB default stack a run of a few thousand letters fails with PCRE2_ERROR_JIT_STACKLIMIT.
+// A lazily grown stack of up to 64 MiB covers the longest run the Kimi split lets through
+// (25,000 code points); anything beyond falls back to the interpreter, which keeps its frames
+// on the heap. Never emit a shorter piece than the regex would: that changes the ids.
+struct thread_matcher {
+  pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  pcre2_match_context* mctx = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, nullptr);
+  thread_matcher() { pcre2_jit_stack_assign(mctx, nullptr, stack); }
+  ~thread_matcher() {
+    pcre2_jit_stack_free(stack);
+    pcre2_match_context_free(mctx);
+    pcre2_match_data_free(md);
+  }
+  thread_matcher(const thread_matcher&) = delete;
+  thread_matcher& operator=(const thread_matcher&) = delete;
+};
+
+} // namespace
+
 void regex_splitter::split(std::string_view text, const std::function<void(std::string_view)>& fn) const {
-  struct md_deleter {
-    void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
-  };
-  thread_local std::unique_ptr<pcre2_match_data, md_deleter> md(pcre2_match_data_create(4, nullptr));
+  thread_local thread_matcher tm;
+  pcre2_match_data* md = tm.md;
   std::size_t pos = 0;
   while (pos < text.size()) {
     // The valid UTF-8 run starting here (pattern matching must not see invalid bytes).
@@ -96,10 +118,11 @@ void regex_splitter::split(std::string_view text, const std::function<void(std::
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(run.data());
     std::size_t off = 0;
     while (off < run.size()) {
-      const int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, run.size(), off, 0, md.get(), nullptr)
-                                : pcre2_match(impl_->code, subject, run.size(), off, PCRE2_NO_UTF_CHECK, md.get(),
-                                              nullptr);
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+      int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, run.size(), off, 0, md, tm.mctx)
+                          : PCRE2_ERROR_JIT_STACKLIMIT;
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) // the interpreter (heap frames) decides
+        rc = pcre2_match(impl_->code, subject, run.size(), off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       if (rc < 0 || ov[0] != off || ov[1] <= off) {
         // The patterns match every code point, so this only guards against surprises: emit
         // one code point and go on rather than loop or drop text.

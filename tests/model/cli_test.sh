@@ -34,7 +34,7 @@ check "engine mode with expert shards = offline run" 'cmp -s "$D/o1" "$D/o2" && 
 
 "$K3" run --model "$D/k3" --tokens 1,2,3,4 --dump-logits "$D/l.bin" 2>/dev/null
 check "dump-logits writes [T, vocab] fp32" '[ $(stat -c %s "$D/l.bin") -eq $((4 * 2048 * 4)) ]'
-expect_error "missing model dir" "config.json: cannot open" "$K3" run --model "$D/none" --prompt hi
+expect_error "missing model dir" "none: no such directory" "$K3" run --model "$D/none" --prompt hi
 expect_error "token outside the vocabulary" "outside the vocabulary" "$K3" run --model "$D/k3" --tokens 1,99999 --dump-logits "$D/x.bin"
 expect_error "bad top_p" "top_p" "$K3" run --model "$D/k3" --prompt hi --top-p 2
 expect_error "prompt and chat together" "exactly one of --prompt or --chat" "$K3" run --model "$D/k3" --prompt a --chat b

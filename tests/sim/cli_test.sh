@@ -68,7 +68,7 @@ printf 'k3:expert_tokens_total{model_name="k",expert="0"} 900\nk3:expert_tokens_
 check "recorded expert counts as routing" '[ $? -eq 0 ] && grep -q "recorded counts" "$D/r.txt"'
 "$K3" sim --plan A --workload closed:2 --input-len 500 --output-len 10 --num-requests 4 --engine actors >"$D/act.txt"
 check "--engine actors" '[ $? -eq 0 ] && grep -q "closed 2" "$D/act.txt" && grep -q "simulated 4 requests" "$D/act.txt"'
-expect_error "bad engine" "--engine gpu: expected des or actors" "$K3" sim --plan A --engine gpu
+expect_error "bad engine" "--engine: gpu not in {des,actors}" "$K3" sim --plan A --engine gpu
 "$K3" sim --validate >"$D/v.txt"
 check "validation table" '[ $? -eq 0 ] && [ $(grep -c "^| K" "$D/v.txt") -eq 5 ]'
 "$K3" sim --list-params >"$D/p.txt"

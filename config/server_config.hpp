@@ -1,21 +1,29 @@
 #pragma once
 // `k3 serve` configuration: the vLLM / SGLang launch flags of the deployment guide's plans
-// (plans.md) plus k3serve's own, from the command line and/or a config file with the same keys
-// (`--config FILE`: one `key: value` per line, `#` comments, keys spelled like the flags
-// without the leading dashes). Unknown flags and keys are errors; so is a flag that cannot take
-// effect on this build (tensor / pipeline parallelism without GPUs, an unsupported dtype or
-// quantization) — never silently ignored. validate() names the flag and the value.
+// (plans.md) plus k3serve's own. One table declares every option (add_server_options, CLI11):
+// the command line, `--config FILE` (one `key: value` per line, `#` comments, keys spelled like
+// the flags without the leading dashes) and `k3 serve --help` are all generated from it, and the
+// simulator parses launch lines with the same table (parse_server_args). Unknown flags and keys
+// are errors; so is a flag that cannot take effect on this build (tensor / pipeline parallelism
+// without GPUs, an unsupported dtype or quantization) — never silently ignored. validate()
+// names the flag and the value.
+//
+// No CAF, no Beast: runtime/sim and net both include it.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace k3::net {
+namespace CLI {
+class App;
+}
+
+namespace k3::conf {
 
 struct server_config {
-  std::string model;                 ///< --model / --model-path; empty: the built-in demo checkpoint
-  std::string served_model_name;     ///< --served-model-name (default: the model dir's name, "k3-demo")
+  std::string model;                 ///< --model / --model-path: a directory, a Hugging Face id, or empty for the demo
+  std::vector<std::string> served_model_names; ///< --served-model-name N [N …]: the first is reported, all are accepted
   std::string host = "127.0.0.1";    ///< --host
   int port = 8000;                   ///< --port (0: any free port, printed at start)
   std::vector<std::string> api_keys; ///< --api-key (repeatable or comma list); empty: no auth
@@ -41,7 +49,13 @@ struct server_config {
   bool enable_chunked_prefill = true;///< always on
   std::int64_t max_body_bytes = 8 << 20; ///< --max-body-bytes: larger bodies get 413
   double shutdown_timeout = 30;      ///< --shutdown-timeout seconds to drain on SIGTERM
-  int http_threads = 2;              ///< --http-threads
+  int http_threads = 2;              ///< --http-threads: I/O threads (never run tokenization or rendering)
+  int tokenizer_threads = 0;         ///< --tokenizer-threads: the request-preparation pool; 0: max(2, cores / 4)
+  int max_connections = 0;           ///< --max-connections: open connections; 0: from RLIMIT_NOFILE; excess get 503
+  double timeout_keep_alive = 5;     ///< --timeout-keep-alive seconds an idle keep-alive connection stays open
+  double header_timeout = 10;        ///< --header-timeout seconds to receive a request's headers
+  double body_timeout = 60;          ///< --body-timeout seconds to receive a request's body
+  double write_timeout = 30;         ///< --write-timeout seconds a client may leave one write unread
   bool null_executor = false;        ///< --null-executor: zero-cost steps (server ceiling benchmark)
   std::string device = "cpu";        ///< --device cpu|cuda|cuda:N (CUDA builds: the model on that GPU)
   std::string cache_dir;             ///< --cache-dir for the demo checkpoint (default ~/.cache/k3serve)
@@ -49,17 +63,30 @@ struct server_config {
   std::string simulate_hardware;     ///< --simulate-hardware NAME|FILE: override the plan's GPU
   int simulate_gpus = 0;             ///< --simulate-gpus N: override the plan's GPU count
 
+  /// The name responses report (the first --served-model-name), or "" before start-up fills it.
+  [[nodiscard]] std::string served_name() const { return served_model_names.empty() ? "" : served_model_names.front(); }
   /// Empty if valid; otherwise the message naming the flag.
   [[nodiscard]] std::string validate() const;
   /// The checks of validate() that do not depend on running here (what `k3 sim` accepts in a plan).
   [[nodiscard]] std::string validate_portable() const;
 };
 
-/// Parses flags (argv without the program and subcommand). `--config FILE` is read where it
-/// appears; later flags override earlier ones. Throws std::invalid_argument naming the flag.
+/// Declares every `k3 serve` option on `app`, bound to `c` (the one table).
+void add_server_options(CLI::App& app, server_config& c);
+
+/// Parses flags (argv without the program and subcommand) with the same table; `--config FILE`
+/// is read where it appears and later flags override earlier ones. Throws std::invalid_argument
+/// naming the flag (unknown ones as "unknown option '--x'").
 [[nodiscard]] server_config parse_server_args(const std::vector<std::string_view>& args);
 
-/// Applies one `key`/`value` pair (flag name without dashes); throws for unknown keys.
-void apply_option(server_config& c, std::string_view key, std::string_view value, bool has_value);
+/// Rewrites argv tokens the table cannot declare directly: SGLang's single-dash `-tp`/`-pp`
+/// become `--tp`/`--pp`, and each `--config FILE` is replaced by the file's `--key value`
+/// pairs (keys checked against `app`; errors name FILE:LINE). Throws std::invalid_argument.
+[[nodiscard]] std::vector<std::string> expand_server_args(const CLI::App& app, const std::vector<std::string>& args);
 
+} // namespace k3::conf
+
+namespace k3::net {
+using conf::parse_server_args;
+using conf::server_config;
 } // namespace k3::net
