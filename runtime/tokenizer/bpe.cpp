@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
-#include <queue>
+#include <functional>
 #include <stdexcept>
 
 namespace k3::tok {
@@ -168,41 +168,57 @@ void bpe_tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_
       out.push_back(rank_of(piece.substr(start[i], start[i + 1] - start[i])));
     return;
   }
-  // Long pieces: same merge order (lowest rank, then leftmost) with a heap over a linked list,
-  // O(n log n) instead of O(n²). Entries are validated lazily against the current rank.
-  std::vector<std::size_t> next(n + 1), prev(n + 1);
-  std::vector<char> alive(n + 1, 1);
-  std::vector<std::int32_t> cur(n + 1, no_rank);
+  // Long pieces: same merge order (lowest rank, then leftmost) with a binary heap over a linked
+  // list of parts, O(n log n) instead of O(n²). Heap entries pack (rank, start) into one
+  // integer, so ties break leftmost by plain integer order; stale entries (a part that was
+  // merged away, or whose pair rank changed) are skipped when popped.
+  thread_local std::vector<std::uint32_t> next;
+  thread_local std::vector<std::uint32_t> prev;
+  thread_local std::vector<std::int32_t> cur;
+  thread_local std::vector<std::uint64_t> heap;
+  next.resize(n + 1);
+  prev.resize(n + 1);
+  cur.assign(n + 1, no_rank);
+  heap.clear();
   for (std::size_t i = 0; i <= n; ++i) {
-    next[i] = i + 1;
-    prev[i] = i == 0 ? 0 : i - 1;
+    next[i] = static_cast<std::uint32_t>(i + 1);
+    prev[i] = static_cast<std::uint32_t>(i == 0 ? 0 : i - 1);
   }
-  auto end_of = [&](std::size_t i) { return next[i]; }; // part i spans [i, next[i])
-  auto rank_at = [&](std::size_t i) -> std::int32_t {
+  auto rank_at = [&](std::size_t i) -> std::int32_t { // rank of part i ++ the part after it
     const std::size_t j = next[i];
     if (j >= n) return no_rank;
-    return rank_of(piece.substr(i, end_of(j) - i));
+    return rank_of(piece.substr(i, next[j] - i));
   };
-  using entry = std::pair<std::int32_t, std::size_t>;
-  std::priority_queue<entry, std::vector<entry>, std::greater<>> heap;
+  auto key = [](std::int32_t r, std::size_t i) { return (static_cast<std::uint64_t>(r) << 32) | i; };
   for (std::size_t i = 0; i + 1 < n; ++i) {
     cur[i] = rank_at(i);
-    if (cur[i] != no_rank) heap.push({cur[i], i});
+    if (cur[i] != no_rank) heap.push_back(key(cur[i], i));
   }
+  const auto cmp = std::greater<std::uint64_t>();
+  std::make_heap(heap.begin(), heap.end(), cmp);
   while (!heap.empty()) {
-    const auto [r, i] = heap.top();
-    heap.pop();
-    if (!alive[i] || cur[i] != r) continue;
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    const std::uint64_t top = heap.back();
+    heap.pop_back();
+    const auto r = static_cast<std::int32_t>(top >> 32);
+    const std::size_t i = static_cast<std::uint32_t>(top);
+    if (cur[i] != r) continue; // stale: merged away (cur reset) or re-ranked
     const std::size_t j = next[i]; // merge part j into part i
-    alive[j] = 0;
+    cur[j] = no_rank;
     next[i] = next[j];
-    if (next[j] <= n) prev[next[j]] = i;
+    if (next[j] <= n) prev[next[j]] = static_cast<std::uint32_t>(i);
     cur[i] = rank_at(i);
-    if (cur[i] != no_rank) heap.push({cur[i], i});
+    if (cur[i] != no_rank) {
+      heap.push_back(key(cur[i], i));
+      std::push_heap(heap.begin(), heap.end(), cmp);
+    }
     if (i > 0) {
       const std::size_t p = prev[i];
       cur[p] = rank_at(p);
-      if (cur[p] != no_rank) heap.push({cur[p], p});
+      if (cur[p] != no_rank) {
+        heap.push_back(key(cur[p], p));
+        std::push_heap(heap.begin(), heap.end(), cmp);
+      }
     }
   }
   for (std::size_t i = 0; i < n; i = next[i]) out.push_back(rank_of(piece.substr(i, next[i] - i)));

@@ -85,6 +85,43 @@ TEST_CASE("kimi pre-tokenizer splits Han runs, letters, digits, punctuation and 
   CHECK(split_all(pattern_kind::kimi, "").empty());
 }
 
+TEST_CASE("pre-tokenizer: a 25,000-letter run is one piece in linear time (no JIT stack fallback)", "[tokenizer]") {
+  // The Kimi pattern's repeated groups need one JIT frame per letter: with PCRE2's default
+  // 32 KiB stack these runs used to fail the match and fall back to one piece per character,
+  // which was both slow (quadratic) and different ids from the reference.
+  for (const std::string& unit : {std::string("a"), std::string("e\xCC\x81"), std::string("\xD0\xB6")}) {
+    std::string run;
+    for (int i = 0; i < 25000; ++i) run += unit;
+    const auto pieces = split_all(pattern_kind::kimi, run);
+    INFO("unit bytes " << unit.size());
+    REQUIRE(pieces.size() == 1);
+    CHECK(pieces[0] == run);
+  }
+  // o200k has no split rule: a 300,000-letter piece still matches (interpreter fallback).
+  const std::string big(300000, 'x');
+  const auto o = split_all(pattern_kind::o200k, big);
+  REQUIRE(o.size() == 1);
+  CHECK(o[0].size() == big.size());
+}
+
+TEST_CASE("bounded encoding stops once over the limit; bytes bound the fewest tokens", "[tokenizer]") {
+  const auto vocab = toy_vocab();
+  const kimi_tokenizer t(vocab, k3_named(static_cast<std::int32_t>(vocab.size())));
+  const std::string text(4000, 'a');
+  const auto all = t.encode(text, false);
+  std::vector<std::int32_t> out;
+  const std::vector<segment> segs{{text, false}};
+  CHECK(t.encode_bounded(segs, all.size(), out));
+  CHECK(out == all);
+  out.clear();
+  CHECK_FALSE(t.encode_bounded(segs, all.size() - 1, out));
+  CHECK(out.size() <= all.size());
+  CHECK(t.min_tokens(text.size()) <= all.size());
+  out.clear();
+  CHECK_FALSE(t.encode_bounded(segs, t.min_tokens(text.size()) - 1, out));
+  CHECK(out.empty()); // refused from the byte count alone
+}
+
 TEST_CASE("pre-tokenizer keeps invalid UTF-8 bytes as their own pieces", "[tokenizer]") {
   const std::string text = "ab\xFF\xFE" "cd \xE4\xBD";
   const auto pieces = split_all(pattern_kind::o200k, text);
