@@ -60,9 +60,21 @@ void server_metrics::http_request(int status) {
   ++http_[std::to_string(status)];
 }
 
+std::string escape_label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
 std::string server_metrics::render(const actors::engine_stats& e, const std::string& model, bool draining) const {
   std::lock_guard lock(mu_);
-  const std::string L = "model_name=\"" + model + "\"";
+  const std::string L = "model_name=\"" + escape_label(model) + "\"";
   std::string out;
   auto gauge = [&](const std::string& n, const std::string& help, double v) {
     char buf[64];
@@ -87,9 +99,9 @@ std::string server_metrics::render(const actors::engine_stats& e, const std::str
   counter("engine_steps_total", "Model steps run.", static_cast<std::uint64_t>(e.steps));
   counter("http_requests_client_disconnected_total", "Requests whose client went away before the end.", disconnects_);
   out += "# HELP k3:request_success_total Finished requests by finish reason.\n# TYPE k3:request_success_total counter\n";
-  for (const auto& [r, n] : finished_) out += "k3:request_success_total{" + L + ",finished_reason=\"" + r + "\"} " + std::to_string(n) + "\n";
+  for (const auto& [r, n] : finished_) out += "k3:request_success_total{" + L + ",finished_reason=\"" + escape_label(r) + "\"} " + std::to_string(n) + "\n";
   out += "# HELP k3:requests_rejected_total Rejected requests by reason.\n# TYPE k3:requests_rejected_total counter\n";
-  for (const auto& [r, n] : rejected_) out += "k3:requests_rejected_total{" + L + ",reason=\"" + r + "\"} " + std::to_string(n) + "\n";
+  for (const auto& [r, n] : rejected_) out += "k3:requests_rejected_total{" + L + ",reason=\"" + escape_label(r) + "\"} " + std::to_string(n) + "\n";
   out += "# HELP k3:http_responses_total HTTP responses by status.\n# TYPE k3:http_responses_total counter\n";
   for (const auto& [s, n] : http_) out += "k3:http_responses_total{" + L + ",status=\"" + s + "\"} " + std::to_string(n) + "\n";
   out += "# HELP k3:expert_shard_max_queue_rows Deepest queue (token-expert rows) seen per expert shard.\n"

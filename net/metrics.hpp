@@ -7,11 +7,15 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/protocol.hpp"
 
 namespace k3::net {
+
+/// A Prometheus label value with \\, " and newline escaped (the exposition format's rule).
+[[nodiscard]] std::string escape_label(std::string_view v);
 
 class histogram {
 public:

@@ -10,44 +10,72 @@
 namespace k3::json {
 namespace {
 
-using simdjson::dom::element_type;
+namespace od = simdjson::ondemand;
 
-value convert(simdjson::dom::element e, int depth) {
+[[noreturn]] void fail(simdjson::error_code e) { throw parse_error(simdjson::error_message(e)); }
+
+template <class T>
+T need(simdjson::simdjson_result<T>&& r) {
+  T v;
+  if (auto e = std::move(r).get(v)) fail(e);
+  return v;
+}
+
+// A number token: integers keep their exact text (any size, as Python's int does; JSON forbids
+// leading zeros, so the text is canonical), others go through the double parser and print like
+// Python's repr.
+value number(std::string_view raw, simdjson::simdjson_result<double> as_double) {
+  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
+    raw.remove_suffix(1);
+  value out;
+  const bool integral = raw.find_first_of(".eE") == std::string_view::npos;
+  if (integral) {
+    std::size_t i = raw.size() && raw[0] == '-' ? 1 : 0;
+    const bool ok = i < raw.size() && (raw[i] != '0' || raw.size() == i + 1) &&
+                    std::all_of(raw.begin() + static_cast<std::ptrdiff_t>(i), raw.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!ok) throw parse_error("invalid number " + std::string(raw.substr(0, 40)));
+    out.k = value::kind::integer;
+    out.s = std::string(raw);
+    return out;
+  }
+  double d;
+  if (auto e = std::move(as_double).get(d)) fail(e);
+  out.k = value::kind::real;
+  out.s = python_float_repr(d);
+  return out;
+}
+
+value convert(od::value v, int depth) {
   if (depth > 256) throw parse_error("JSON nested too deeply");
   value out;
-  switch (e.type()) {
-    case element_type::NULL_VALUE: out.k = value::kind::null; break;
-    case element_type::BOOL:
+  switch (need(v.type())) {
+    case od::json_type::null:
+      if (!need(v.is_null())) throw parse_error("invalid literal");
+      out.k = value::kind::null;
+      break;
+    case od::json_type::boolean:
       out.k = value::kind::boolean;
-      out.b = bool(e);
+      out.b = need(v.get_bool());
       break;
-    case element_type::INT64:
-      out.k = value::kind::integer;
-      out.s = std::to_string(std::int64_t(e));
-      break;
-    case element_type::UINT64:
-      out.k = value::kind::integer;
-      out.s = std::to_string(std::uint64_t(e));
-      break;
-    case element_type::DOUBLE:
-      out.k = value::kind::real;
-      out.s = python_float_repr(double(e));
-      break;
-    case element_type::STRING:
+    case od::json_type::number: return number(v.raw_json_token(), v.get_double());
+    case od::json_type::string:
       out.k = value::kind::string;
-      out.s = std::string(std::string_view(e));
+      out.s = std::string(need(v.get_string()));
       break;
-    case element_type::ARRAY:
+    case od::json_type::array:
       out.k = value::kind::array;
-      for (auto item : simdjson::dom::array(e)) out.items.push_back(convert(item, depth + 1));
+      for (auto item : need(v.get_array())) out.items.push_back(convert(need(std::move(item)), depth + 1));
       break;
-    case element_type::OBJECT:
+    case od::json_type::object:
       out.k = value::kind::object;
-      for (auto [key, child] : simdjson::dom::object(e)) {
-        value cv = convert(child, depth + 1);
+      for (auto f : need(v.get_object())) {
+        od::field field = need(std::move(f));
+        const std::string key(need(field.unescaped_key()));
+        value cv = convert(field.value(), depth + 1);
+        // A duplicate key keeps its first position and takes the last value (Python's dict).
         auto it = std::find_if(out.members.begin(), out.members.end(), [&](const auto& m) { return m.first == key; });
         if (it != out.members.end()) it->second = std::move(cv);
-        else out.members.emplace_back(std::string(key), std::move(cv));
+        else out.members.emplace_back(key, std::move(cv));
       }
       break;
   }
@@ -103,12 +131,38 @@ const value* value::find(std::string_view key) const noexcept {
 }
 
 value parse(std::string_view text) {
-  // DOM API: dispatched at run time to the best SIMD kernel. Integers keep their exact value
-  // (64-bit range; larger ones are rejected), floats are printed back like Python's repr.
-  thread_local simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  if (auto err = parser.parse(text.data(), text.size()).get(root)) throw parse_error(simdjson::error_message(err));
-  return convert(root, 0);
+  // On-demand API (dispatched at run time to the best SIMD kernel): it validates UTF-8 and the
+  // structure of the whole input first, and gives number tokens raw, so integers of any size
+  // stay exact and a too-large value can be refused by the field that holds it.
+  thread_local od::parser parser;
+  const simdjson::padded_string padded(text);
+  od::document doc;
+  if (auto e = parser.iterate(padded).get(doc)) fail(e);
+  value out;
+  switch (need(doc.type())) {
+    case od::json_type::array:
+    case od::json_type::object: {
+      od::value root = need(doc.get_value());
+      out = convert(root, 0);
+      break;
+    }
+    case od::json_type::number: out = number(need(doc.raw_json_token()), doc.get_double()); break;
+    case od::json_type::string:
+      out.k = value::kind::string;
+      out.s = std::string(need(doc.get_string()));
+      break;
+    case od::json_type::boolean:
+      out.k = value::kind::boolean;
+      out.b = need(doc.get_bool());
+      break;
+    case od::json_type::null:
+      if (!need(doc.is_null())) throw parse_error("invalid literal");
+      break;
+  }
+  // Past the root value nothing may follow (scalar roots are checked by their getters).
+  if (const char* at = nullptr; doc.current_location().get(at) == simdjson::SUCCESS)
+    throw parse_error("trailing content after the JSON value");
+  return out;
 }
 
 std::string dump(const value& v, const dump_options& opt) {

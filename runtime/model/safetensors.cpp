@@ -23,10 +23,11 @@ const char* dtype_name(dtype t) noexcept {
   case dtype::f16: return "F16";
   case dtype::f32: return "F32";
   case dtype::u8: return "U8";
+  case dtype::e8m0: return "F8_E8M0";
   }
   return "?";
 }
-int dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : t == dtype::u8 ? 1 : 2; }
+int dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : t == dtype::u8 || t == dtype::e8m0 ? 1 : 2; }
 
 std::int64_t tensor_info::numel() const noexcept {
   std::int64_t n = 1;
@@ -72,7 +73,8 @@ dtype parse_dtype(std::string_view s, const std::string& where) {
   if (s == "F16") return dtype::f16;
   if (s == "F32") return dtype::f32;
   if (s == "U8") return dtype::u8;
-  throw checkpoint_error(where + ": dtype " + std::string(s) + " is not supported (BF16, F16, F32, U8)");
+  if (s == "F8_E8M0") return dtype::e8m0;
+  throw checkpoint_error(where + ": dtype " + std::string(s) + " is not supported (BF16, F16, F32, U8, F8_E8M0)");
 }
 
 std::string read_text(const fs::path& p) {

@@ -28,7 +28,9 @@ struct checkpoint_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class dtype { bf16, f16, f32, u8 };
+/// e8m0: safetensors' F8_E8M0 (one exponent byte, bias 127): what some MXFP4 exports use for
+/// the block scales; byte-identical to U8 scales, accepted wherever those are.
+enum class dtype { bf16, f16, f32, u8, e8m0 };
 [[nodiscard]] const char* dtype_name(dtype t) noexcept;
 [[nodiscard]] int dtype_size(dtype t) noexcept;
 

@@ -72,7 +72,8 @@ void widen(const tensor_info& t, float* out) {
       out[i] = f16_to_f32(h);
     }
     break;
-  case dtype::u8: break;
+  case dtype::u8:
+  case dtype::e8m0: break;
   }
 }
 
@@ -119,7 +120,8 @@ public:
       bad(t, "has shape " + t.shape_str() + " (" + dtype_name(t.type) + "), expected " + shape_of(want));
   }
   void expect_float(const tensor_info& t) const {
-    if (t.type == dtype::u8) bad(t, "has dtype U8, expected BF16, F16 or F32");
+    if (t.type == dtype::u8 || t.type == dtype::e8m0)
+      bad(t, std::string("has dtype ") + dtype_name(t.type) + ", expected BF16, F16 or F32");
   }
 
   dense_weight matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
@@ -169,7 +171,8 @@ public:
       const auto* s = take_optional(prefix + ".weight_scale");
       if (!s) throw checkpoint_error(*p.file + ": tensor " + prefix + ".weight_scale is missing (needed with " + p.name + ")");
       if (p.type != dtype::u8) bad(p, std::string("has dtype ") + dtype_name(p.type) + ", expected U8");
-      if (s->type != dtype::u8) bad(*s, std::string("has dtype ") + dtype_name(s->type) + ", expected U8 (E8M0)");
+      if (s->type != dtype::u8 && s->type != dtype::e8m0)
+        bad(*s, std::string("has dtype ") + dtype_name(s->type) + ", expected U8 or F8_E8M0 (E8M0 scales)");
       expect_shape(p, {rows, cols / 2});
       expect_shape(*s, {rows, cols / 32});
       if (auto i = mxfp4::find_nan_scale({s->data, static_cast<std::size_t>(s->nbytes)}); i >= 0)

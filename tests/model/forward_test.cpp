@@ -25,7 +25,7 @@ double max_row_rel(std::span<const float> a, std::span<const float> b, std::int6
       num += (x - y) * (x - y);
       den += x * x;
     }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    worst = test::nan_max(worst, std::sqrt(num / std::max(den, 1e-30)));
   }
   return worst;
 }
@@ -62,6 +62,20 @@ struct fixture {
 };
 
 } // namespace
+
+TEST_CASE("forward: error reductions propagate NaN (a poisoned output fails every bound)", "[model]") {
+  const std::int64_t vocab = 8;
+  std::vector<float> good(3 * vocab, 1.0f), poisoned = good;
+  CHECK(max_row_rel(good, good, vocab) == 0.0);
+  poisoned[vocab + 3] = std::nanf("");
+  CHECK_FALSE(max_row_rel(poisoned, good, vocab) <= 1e-4);
+  std::fill(poisoned.begin(), poisoned.end(), std::nanf("")); // all-NaN logits
+  CHECK_FALSE(max_row_rel(poisoned, good, vocab) <= 1e-4);
+  CHECK_FALSE(test::max_abs_diff(std::span<const float>(poisoned), std::span<const float>(good)) <= 1.0);
+  CHECK(std::isnan(test::nan_max(0.0, std::nan(""))));
+  CHECK(std::isnan(test::nan_max(std::nan(""), 1.0)));
+  CHECK(test::nan_max(1.0, 2.0) == 2.0);
+}
 
 TEST_CASE("forward: one prefill = chunked prefill = token-by-token decode", "[model]") {
   // 97 tokens: the one-shot prefill takes the sgemm path (m > 64), decode the GEMV path.

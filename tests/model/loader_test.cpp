@@ -302,6 +302,38 @@ TEST_CASE("loader: every corruption is a clear error naming file and tensor", "[
   }
 }
 
+TEST_CASE("loader: MXFP4 scales stored as F8_E8M0 load like U8 ones", "[model]") {
+  test::temp_dir d("e8m0");
+  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
+  const std::vector<std::int32_t> toks = {5, 77, 300, 12};
+  auto logits = [&] {
+    auto m = model::model::load(d.str(), {.progress = 0});
+    auto s = m->new_sequence();
+    const model::batch_entry e{&s, toks, true};
+    return m->step({&e, 1}).logits;
+  };
+  const auto before = logits();
+  auto t = test::read_all(d.str());
+  int changed = 0;
+  for (auto& x : t)
+    if (x.name.size() > 13 && x.name.substr(x.name.size() - 13) == ".weight_scale") {
+      CHECK(x.dtype == "U8");
+      x.dtype = "F8_E8M0";
+      ++changed;
+    }
+  REQUIRE(changed > 0);
+  test::write_all(d.str(), t);
+  CHECK(logits() == before);
+  // A packed weight in F8_E8M0 is still refused by name.
+  auto packed = std::find_if(t.begin(), t.end(), [](const raw_tensor& x) {
+    return x.name.size() > 14 && x.name.substr(x.name.size() - 14) == ".weight_packed";
+  });
+  REQUIRE(packed != t.end());
+  packed->dtype = "F8_E8M0";
+  test::write_all(d.str(), t);
+  load_rejects(d.str(), {packed->name, "F8_E8M0", "expected U8"});
+}
+
 TEST_CASE("loader: F16 and F32 tensors load to the same model as BF16", "[model]") {
   test::temp_dir d("dtypes");
   model::make_model(test::tiny_options(model::family::kimi_linear), d.str());

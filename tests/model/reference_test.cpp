@@ -19,6 +19,19 @@ using vec = std::vector<double>;
 
 namespace {
 
+/// Relative L2 difference of one logits row against the fp64 reference row (NaN if any is).
+template <class Vec>
+double row_rel(std::span<const float> got, const Vec& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i];
+    num += (g - want[i]) * (g - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+
 struct mat {
   std::int64_t rows = 0, cols = 0;
   std::vector<double> v;
@@ -325,16 +338,16 @@ TEST_CASE("forward: matches an fp64 token-by-token reference of the spec", "[mod
     const auto out = m->step({&e, 1});
     reference ref(m->config(), m->weights());
     double worst = 0;
+    vec first;
     for (std::size_t t = 0; t < toks.size(); ++t) {
       const vec want = ref.step(toks[t]);
-      double num = 0, den = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        const double g = out.logits[t * want.size() + i];
-        num += (g - want[i]) * (g - want[i]);
-        den += want[i] * want[i];
-      }
-      worst = std::max(worst, std::sqrt(num / den));
+      if (t == 0) first = want;
+      worst = test::nan_max(worst, row_rel(std::span<const float>(out.logits).subspan(t * want.size(), want.size()), want));
     }
+    // The bound can fail: a NaN-poisoned row is not within it.
+    std::vector<float> poisoned(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(first.size()));
+    poisoned[poisoned.size() / 2] = std::nanf("");
+    CHECK_FALSE(test::nan_max(0.0, row_rel(poisoned, first)) <= 1e-4);
     INFO("worst row rel-L2 " << worst);
     CHECK(worst <= 1e-4);
   }

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <stdexcept>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 namespace k3::test {
@@ -48,6 +50,13 @@ std::string dechunk(const std::string& b) {
   return out;
 }
 
+void set_rcv_timeout(int fd, int ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
 } // namespace
 
 std::vector<std::string> http_response::sse_data() const {
@@ -61,9 +70,11 @@ std::vector<std::string> http_response::sse_data() const {
   return out;
 }
 
+
 http_response http_request(int port, const std::string& method, const std::string& target, const std::string& body,
-                           const std::vector<std::string>& extra) {
+                           const std::vector<std::string>& extra, int timeout_ms) {
   const int fd = connect_to(port);
+  if (timeout_ms > 0) set_rcv_timeout(fd, timeout_ms);
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   for (const auto& h : extra) req += h + "\r\n";
   if (!body.empty() || method == "POST")
@@ -74,10 +85,18 @@ http_response http_request(int port, const std::string& method, const std::strin
   char buf[8192];
   for (;;) {
     const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      ::close(fd);
+      throw std::runtime_error("no complete response within " + std::to_string(timeout_ms) + " ms");
+    }
     if (n <= 0) break;
     raw.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fd);
+  return parse_response(raw);
+}
+
+http_response parse_response(const std::string& raw) {
   http_response r;
   const auto hend = raw.find("\r\n\r\n");
   if (hend == std::string::npos) throw std::runtime_error("no HTTP response header");
@@ -109,6 +128,22 @@ std::string raw_connection::read_until(const std::string& needle) {
   }
   return buf_;
 }
+std::string raw_connection::read_all(int timeout_ms, bool* timed_out) {
+  set_timeout(timeout_ms);
+  char buf[4096];
+  if (timed_out) *timed_out = false;
+  for (;;) {
+    const auto n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (timed_out) *timed_out = true;
+      break;
+    }
+    if (n <= 0) break;
+    buf_.append(buf, static_cast<std::size_t>(n));
+  }
+  return buf_;
+}
+void raw_connection::set_timeout(int ms) { set_rcv_timeout(fd_, ms); }
 void raw_connection::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

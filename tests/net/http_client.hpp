@@ -17,9 +17,12 @@ struct http_response {
   [[nodiscard]] std::vector<std::string> sse_data() const;
 };
 
-/// Sends one request; an empty body sends no Content-Type. Throws std::runtime_error on I/O.
+/// Sends one request; an empty body sends no Content-Type. Throws std::runtime_error on I/O,
+/// and when timeout_ms > 0 and the response has not fully arrived within it.
 http_response http_request(int port, const std::string& method, const std::string& target, const std::string& body = "",
-                           const std::vector<std::string>& extra_headers = {});
+                           const std::vector<std::string>& extra_headers = {}, int timeout_ms = 0);
+/// Parses a raw response (status line, headers, body de-chunked when chunked).
+http_response parse_response(const std::string& raw);
 
 /// A connection the test can read from partially and then drop (disconnect tests).
 class raw_connection {
@@ -29,6 +32,10 @@ public:
   void send(const std::string& data);
   /// Reads until `needle` has been seen (or the peer closes); returns everything read.
   std::string read_until(const std::string& needle);
+  /// Reads until the peer closes (or timeout_ms passes: then `timed_out` is set).
+  std::string read_all(int timeout_ms, bool* timed_out = nullptr);
+  /// Receive timeout for later reads (0: none).
+  void set_timeout(int ms);
   void close();
 
 private:
