@@ -1,11 +1,11 @@
 #include "net/frontend.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <random>
 
+#include "net/routes.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
 
@@ -28,26 +28,7 @@ std::string frontend::new_id(const char* prefix) {
   return buf;
 }
 
-bool frontend::authorized(std::string_view header) const {
-  if (cfg.api_keys.empty()) return true;
-  // RFC 7235: the auth scheme is case-insensitive; one or more spaces follow it.
-  constexpr std::string_view bearer = "bearer";
-  if (header.size() <= bearer.size()) return false;
-  for (std::size_t i = 0; i < bearer.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(header[i])) != bearer[i]) return false;
-  std::size_t at = bearer.size();
-  if (header[at] != ' ') return false;
-  while (at < header.size() && header[at] == ' ') ++at;
-  std::string_view got = header.substr(at);
-  while (!got.empty() && (got.back() == ' ' || got.back() == '\t')) got.remove_suffix(1);
-  bool ok = false;
-  for (const auto& k : cfg.api_keys) {
-    unsigned diff = static_cast<unsigned>(got.size() ^ k.size());
-    for (std::size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned>(k[i]) ^ static_cast<unsigned>(i < got.size() ? got[i] : 0);
-    ok |= diff == 0;
-  }
-  return ok;
-}
+bool frontend::authorized(std::string_view header) const { return bearer_authorized(header, cfg.api_keys); }
 
 std::vector<std::int32_t> frontend::encode_within(const std::vector<tok::segment>& segs, std::int64_t completion_min,
                                                   const char* param) {

@@ -10,6 +10,7 @@
 #include <boost/beast/websocket.hpp>
 
 #include "net/http_internal.hpp"
+#include "net/routes.hpp"
 
 namespace k3::net {
 namespace {
@@ -44,6 +45,7 @@ private:
     const auto& h = parser_->get();
     version_ = h.version() ? h.version() : 11;
     if (ec == http::error::header_limit) return early_error(api_error(431, "Request header fields too large.", "", "header_too_large"));
+    if (ec == http::error::body_limit) return early_error(too_large()); // Content-Length over the limit
     if (ec) return early_error(api_error(400, "Malformed HTTP request: " + ec.message(), "", "bad_request"));
     ++requests_;
     head_ = h.method() == http::verb::head;
@@ -81,7 +83,8 @@ private:
     req_ = parser_->release();
     keep_alive_ = req_.keep_alive();
     if (websocket::is_upgrade(req_)) {
-      if (req_.target() != "/v1/ws") return reply_error(api_error(404, "WebSocket endpoint is /v1/ws", "", "not_found"));
+      const auto m = match_route(std::string(http::to_string(req_.method())), std::string(req_.target()), true);
+      if (m.status) return reply_error(api_error(m.status, m.message, "", "not_found"));
       if (!core_.authorized(std::string(req_[http::field::authorization])))
         return reply_error(api_error(401, "Missing or invalid API key.", "", "invalid_api_key"));
       start_ws_session(stream_.release_socket(), core_, std::move(slot_), std::move(req_));
@@ -98,45 +101,40 @@ private:
 
   // ---- routing ---------------------------------------------------------------------------
   void route() {
-    const std::string target(req_.target().substr(0, req_.target().find('?')));
-    const auto method = req_.method();
-    auto need = [&](http::verb v) {
-      const bool ok = method == v || (v == http::verb::get && method == http::verb::head);
-      if (!ok) throw api_error(405, std::string("use ") + std::string(http::to_string(v)) + " for " + target, "", "method_not_allowed");
-    };
-    // Public like vLLM's: liveness and the Prometheus scrape need no key.
-    if (target == "/health") {
-      need(http::verb::get);
-      if (core_.draining)
-        return reply(503, "{\"error\":{\"message\":\"draining\",\"type\":\"unavailable_error\",\"param\":null,\"code\":\"draining\"}}");
-      return reply(200, "{\"status\":\"ok\"}");
-    }
-    if (target == "/metrics") {
-      need(http::verb::get);
-      // The engine's figures come from the scheduler actor: asked from the pool, not this thread.
-      return offload_reply([&core = core_] { return core.metrics.render(core.eng.stats(), core.served, core.draining); },
-                           "text/plain; version=0.0.4; charset=utf-8");
-    }
-    if (!core_.authorized(std::string(req_[http::field::authorization]))) {
+    const auto m = match_route(std::string(http::to_string(req_.method())), std::string(req_.target()));
+    if (m.status == 405) throw api_error(405, m.message, "", "method_not_allowed");
+    if (m.status == 404) throw api_error(404, m.message, "", "not_found");
+    if (m.needs_key && !core_.authorized(std::string(req_[http::field::authorization]))) {
       core_.metrics.rejected("auth");
       throw api_error(401, "Missing or invalid API key (send Authorization: Bearer <key>).", "", "invalid_api_key");
     }
-    if (target == "/v1/models") return need(http::verb::get), reply(200, core_.models_json());
-    if (target == "/version") return need(http::verb::get), reply(200, std::string("{\"version\":\"") + k3_version() + "\"}");
-    if (target == "/tokenize" || target == "/detokenize") {
-      need(http::verb::post);
-      auto body = std::make_shared<std::string>(std::move(req_.body()));
-      return offload_reply([&core = core_, body, tokenize = target == "/tokenize"] {
-        const auto parsed = parse_body(*body);
-        return tokenize ? core.tokenize_json(parsed) : core.detokenize_json(parsed);
-      });
+    switch (m.r) {
+      case route::health:
+        if (core_.draining)
+          return reply(503, "{\"error\":{\"message\":\"draining\",\"type\":\"unavailable_error\",\"param\":null,\"code\":\"draining\"}}");
+        return reply(200, "{\"status\":\"ok\"}");
+      case route::metrics:
+        // The engine's figures come from the scheduler actor: asked from the pool, not this thread.
+        return offload_reply([&core = core_] { return core.metrics.render(core.eng.stats(), core.served, core.draining); },
+                             "text/plain; version=0.0.4; charset=utf-8");
+      case route::models: return reply(200, core_.models_json());
+      case route::version: return reply(200, std::string("{\"version\":\"") + k3_version() + "\"}");
+      case route::tokenize:
+      case route::detokenize: {
+        auto body = std::make_shared<std::string>(std::move(req_.body()));
+        return offload_reply([&core = core_, body, tokenize = m.r == route::tokenize] {
+          const auto parsed = parse_body(*body);
+          return tokenize ? core.tokenize_json(parsed) : core.detokenize_json(parsed);
+        });
+      }
+      case route::chat_completions:
+      case route::completions:
+        if (core_.draining) throw api_error(503, "The server is shutting down.", "", "shutting_down");
+        return offload_generate(m.r == route::chat_completions ? "/v1/chat/completions" : "/v1/completions");
+      case route::websocket:
+      case route::none: break;
     }
-    if (target == "/v1/chat/completions" || target == "/v1/completions") {
-      need(http::verb::post);
-      if (core_.draining) throw api_error(503, "The server is shutting down.", "", "shutting_down");
-      return offload_generate(target);
-    }
-    throw api_error(404, "No route for " + std::string(http::to_string(method)) + " " + target, "", "not_found");
+    throw api_error(404, "not found", "", "not_found");
   }
 
   static const char* k3_version();

@@ -8,6 +8,14 @@
 #include <simdjson.h>
 
 namespace k3::json {
+
+value::value() = default;
+value::value(const value&) = default;
+value::value(value&&) noexcept = default;
+value& value::operator=(const value&) = default;
+value& value::operator=(value&&) noexcept = default;
+value::~value() = default;
+
 namespace {
 
 namespace od = simdjson::ondemand;
@@ -244,7 +252,15 @@ value deep_sorted(const value& v) {
   value out = v;
   if (out.k == value::kind::object) {
     for (auto& [k2, child] : out.members) child = deep_sorted(child);
-    std::stable_sort(out.members.begin(), out.members.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // Sorted through an index: clang checks std::stable_sort's temporary buffer against the
+    // still-incomplete recursive member type.
+    std::vector<std::size_t> order(out.members.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return out.members[a].first < out.members[b].first; });
+    std::vector<std::pair<std::string, value>> sorted;
+    sorted.reserve(order.size());
+    for (std::size_t i : order) sorted.push_back(std::move(out.members[i]));
+    out.members = std::move(sorted);
   } else if (out.k == value::kind::array) {
     for (auto& child : out.items) child = deep_sorted(child);
   }

@@ -17,6 +17,16 @@
 namespace k3::json {
 
 struct value {
+  // Special members are defined out of line (json.cpp), where value is complete: computing
+  // them inside the class would instantiate std::pair<std::string, value> while value is still
+  // incomplete, which clang rejects.
+  value();
+  value(const value&);
+  value(value&&) noexcept;
+  value& operator=(const value&);
+  value& operator=(value&&) noexcept;
+  ~value();
+
   enum class kind { null, boolean, integer, real, string, array, object };
   kind k = kind::null;
   bool b = false;

@@ -148,17 +148,25 @@ void k3_output_parser::header(parse_delta& d) {
   const std::string h = std::move(header_);
   header_.clear();
   const auto name = tag_name(h);
+  // Switching channel in the middle of a call closes the call first (its arguments stay JSON).
+  auto leave_call = [&] {
+    if (call_open_ || mode_ == mode::call || mode_ == mode::argument || mode_ == mode::json || mode_ == mode::dropped_call)
+      close_call(d);
+  };
   if (!header_close_) {
     if (name == "think") {
-      if (mode_ != mode::reasoning) mode_ = mode::reasoning; // a repeated opener is consumed
+      if (mode_ != mode::reasoning) { // a repeated opener is consumed
+        leave_call();
+        mode_ = mode::reasoning;
+      }
     } else if (name == "response") {
-      if (mode_ == mode::call || mode_ == mode::argument || mode_ == mode::json || mode_ == mode::dropped_call) close_call(d);
+      leave_call();
       mode_ = mode::content;
     } else if (name == "tools") {
-      if (call_open_ || mode_ == mode::dropped_call) close_call(d);
+      leave_call();
       mode_ = mode::tools; // also straight out of think: the model may skip response
     } else if (name == "call") {
-      if (call_open_ || mode_ == mode::dropped_call) close_call(d);
+      leave_call();
       const auto a = parse_attributes(h);
       const std::string tool = attr(a, "tool");
       if (tool.empty() || !report_) {
@@ -203,7 +211,7 @@ void k3_output_parser::header(parse_delta& d) {
   } else if (name == "call") {
     close_call(d);
   } else if (name == "tools" || name == "message") {
-    if (call_open_ || mode_ == mode::dropped_call || mode_ == mode::json) close_call(d);
+    leave_call();
     mode_ = mode::closed;
   }
 }

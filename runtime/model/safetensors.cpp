@@ -88,16 +88,19 @@ std::string read_text(const fs::path& p) {
 } // namespace
 
 void read_safetensors_header(const mapped_file& file, std::vector<tensor_info>& out) {
-  const std::string& path = file.path();
-  if (file.size() < 8) throw checkpoint_error(path + ": truncated (shorter than the 8-byte header length)");
+  parse_safetensors(file.data(), file.size(), file.path(), out);
+}
+
+void parse_safetensors(const std::uint8_t* bytes, std::int64_t size, const std::string& path, std::vector<tensor_info>& out) {
+  if (size < 8) throw checkpoint_error(path + ": truncated (shorter than the 8-byte header length)");
   std::uint64_t n = 0;
-  std::memcpy(&n, file.data(), 8); // little-endian on every supported host
-  if (n == 0 || n > static_cast<std::uint64_t>(max_header) || static_cast<std::int64_t>(n) > file.size() - 8)
+  std::memcpy(&n, bytes, 8); // little-endian on every supported host
+  if (n == 0 || n > static_cast<std::uint64_t>(max_header) || static_cast<std::int64_t>(n) > size - 8)
     throw checkpoint_error(path + ": corrupt header (length " + std::to_string(n) + " does not fit the file of " +
-                           std::to_string(file.size()) + " bytes)");
-  const auto* hdr = reinterpret_cast<const char*>(file.data() + 8);
+                           std::to_string(size) + " bytes)");
+  const auto* hdr = reinterpret_cast<const char*>(bytes + 8);
   const std::int64_t data_begin = 8 + static_cast<std::int64_t>(n);
-  const std::int64_t data_size = file.size() - data_begin;
+  const std::int64_t data_size = size - data_begin;
 
   simdjson::dom::parser parser;
   simdjson::dom::object obj;
@@ -123,9 +126,13 @@ void read_safetensors_header(const mapped_file& file, std::vector<tensor_info>& 
     tensor_info info;
     info.name = std::string(key);
     info.type = parse_dtype(dt, where);
+    std::int64_t elements = 1;
     for (auto d : shape) {
       std::int64_t v;
       if (d.get(v) || v < 0 || v > (1ll << 40)) throw checkpoint_error(where + ": bad shape entry");
+      // The element count must fit (a shape's product can overflow long before any entry does).
+      if (v > 0 && elements > (1ll << 50) / v) throw checkpoint_error(where + ": shape " + std::string("is too large"));
+      elements *= v;
       info.shape.push_back(v);
     }
     std::int64_t ob = -1, oe = -1;
@@ -143,10 +150,10 @@ void read_safetensors_header(const mapped_file& file, std::vector<tensor_info>& 
                              " " + info.shape_str() + " needs " + std::to_string(need));
     if (oe > data_size)
       throw checkpoint_error(where + ": data ends at byte " + std::to_string(data_begin + oe) + " but the file has " +
-                             std::to_string(file.size()) + " (truncated or out-of-range offset)");
-    info.data = file.data() + data_begin + ob;
+                             std::to_string(size) + " (truncated or out-of-range offset)");
+    info.data = bytes + data_begin + ob;
     info.nbytes = need;
-    info.file = &file.path();
+    info.file = &path;
     spans.push_back({ob, oe, out.size()});
     out.push_back(std::move(info));
   }
@@ -158,6 +165,27 @@ void read_safetensors_header(const mapped_file& file, std::vector<tensor_info>& 
   (void)first;
 }
 
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& where,
+                                                           std::vector<std::string>& files) {
+  std::map<std::string, std::string> weight_map;
+  simdjson::dom::parser parser;
+  simdjson::dom::object root, wm;
+  const simdjson::padded_string padded(text);
+  if (auto err = parser.parse(padded).get(root))
+    throw checkpoint_error(where + ": not valid JSON (" + simdjson::error_message(err) + ")");
+  if (root["weight_map"].get(wm)) throw checkpoint_error(where + ": missing weight_map object");
+  for (auto [k, v] : wm) {
+    std::string_view f;
+    if (v.get(f)) throw checkpoint_error(where + ": weight_map[\"" + std::string(k) + "\"] is not a file name");
+    if (f.empty() || f.find('/') != std::string_view::npos || f.find("..") != std::string_view::npos)
+      throw checkpoint_error(where + ": weight_map[\"" + std::string(k) + "\"] names a path outside the model directory");
+    weight_map.emplace(std::string(k), std::string(f));
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.emplace_back(f);
+  }
+  if (files.empty()) throw checkpoint_error(where + ": weight_map is empty");
+  return weight_map;
+}
+
 checkpoint checkpoint::open(const std::string& dir) {
   checkpoint c;
   const fs::path d(dir);
@@ -165,22 +193,7 @@ checkpoint checkpoint::open(const std::string& dir) {
   std::map<std::string, std::string> weight_map; // tensor -> file (sharded only)
   std::vector<std::string> files;
   if (fs::exists(index)) {
-    const std::string text = read_text(index);
-    simdjson::dom::parser parser;
-    simdjson::dom::object root, wm;
-    const simdjson::padded_string padded(text);
-    if (auto err = parser.parse(padded).get(root))
-      throw checkpoint_error(index.string() + ": not valid JSON (" + simdjson::error_message(err) + ")");
-    if (root["weight_map"].get(wm)) throw checkpoint_error(index.string() + ": missing weight_map object");
-    for (auto [k, v] : wm) {
-      std::string_view f;
-      if (v.get(f)) throw checkpoint_error(index.string() + ": weight_map[\"" + std::string(k) + "\"] is not a file name");
-      if (f.find('/') != std::string_view::npos || f.find("..") != std::string_view::npos)
-        throw checkpoint_error(index.string() + ": weight_map[\"" + std::string(k) + "\"] names a path outside the model directory");
-      weight_map.emplace(std::string(k), std::string(f));
-      if (std::find(files.begin(), files.end(), f) == files.end()) files.emplace_back(f);
-    }
-    if (files.empty()) throw checkpoint_error(index.string() + ": weight_map is empty");
+    weight_map = parse_safetensors_index(read_text(index), index.string(), files);
   } else if (fs::exists(d / "model.safetensors")) {
     files.emplace_back("model.safetensors");
   } else {

@@ -64,6 +64,12 @@ private:
 
 /// Parses and validates one safetensors file's header; appends its tensors.
 void read_safetensors_header(const mapped_file& file, std::vector<tensor_info>& out);
+/// The same over bytes in memory; `path` names them in errors and must outlive `out`.
+void parse_safetensors(const std::uint8_t* bytes, std::int64_t size, const std::string& path, std::vector<tensor_info>& out);
+/// `model.safetensors.index.json`: tensor -> shard file; appends the distinct shard names to
+/// `files` (plain names inside the model directory only). `where` names the file in errors.
+[[nodiscard]] std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& where,
+                                                                         std::vector<std::string>& files);
 
 class checkpoint {
 public:

@@ -74,6 +74,22 @@ await expectError('400 context length', () => client.chat.completions.create({
 await expectError('400 image part', () => client.chat.completions.create({
   model, messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this image?' },
     { type: 'image_url', image_url: { url: 'https://example.com/photo.jpg' } }] }] }), 400);
+// A 64 MB body over the 8 MiB limit: the 413 must reach Node's fetch (the SDK's transport) as a
+// response, not as a socket error while it is still sending (the server lingers before closing).
+{
+  let status = 0, body = null, err = '';
+  try {
+    const r = await fetch(`${base}/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${key}` },
+      body: '{"messages":[{"role":"user","content":"' + 'x'.repeat(64 << 20) + '"}]}',
+    });
+    status = r.status;
+    body = await r.json();
+  } catch (e) {
+    err = String(e.cause ?? e);
+  }
+  check('64 MB body: 413 through fetch', status === 413 && body?.error?.code === 'body_too_large', `${status} ${err}`);
+}
 const bad = new OpenAI({ baseURL: base, apiKey: 'wrong', maxRetries: 0 });
 await expectError('401 wrong key', () => bad.models.list(), 401);
 
