@@ -117,7 +117,7 @@ std::string frontend::tokenize_json(const json::value& b) {
   const std::int64_t ctx = max_model_len();
   std::int64_t opener = 0; // what chat completions leaves out of prompt_tokens (K3's generation opener)
   if (const auto* m = b.find("messages"); m && m->k != json::value::kind::null) {
-    auto r = parse_chat(b, k3);
+    auto r = parse_chat(b, k3, false);
     std::vector<tok::segment> segs;
     try {
       segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
@@ -139,6 +139,25 @@ std::string frontend::tokenize_json(const json::value& b) {
   return "{\"count\":" + std::to_string(ids.size()) + ",\"prompt_tokens\":" +
          std::to_string(static_cast<std::int64_t>(ids.size()) - opener) + ",\"max_model_len\":" + std::to_string(ctx) +
          ",\"tokens\":[" + arr + "]}";
+}
+
+std::string frontend::render_json(const json::value& b) {
+  auto r = parse_chat(b, k3, false);
+  std::vector<tok::segment> segs;
+  try {
+    segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
+  } catch (const chat::render_error& e) {
+    throw api_error(400, e.what(), "messages");
+  }
+  const auto ids = encode_within(segs, 0, "messages");
+  const std::int64_t opener = k3 && r.conv.add_generation_prompt ? chat::k3_generation_opener_tokens : 0;
+  std::string arr;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) arr.push_back(',');
+    arr.append(std::to_string(ids[i]));
+  }
+  return "{\"prompt\":" + json::quote(chat::join(segs)) + ",\"token_ids\":[" + arr + "],\"prompt_tokens\":" +
+         std::to_string(static_cast<std::int64_t>(ids.size()) - opener) + "}";
 }
 
 std::string frontend::detokenize_json(const json::value& b) {

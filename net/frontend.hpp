@@ -39,6 +39,9 @@ public:
   [[nodiscard]] prepared prepare(const std::string& target, const json::value& body);
   /// POST /tokenize: the same rendering and encoding as prepare() (prompt_tokens agree).
   [[nodiscard]] std::string tokenize_json(const json::value& body);
+  /// POST /v1/chat/completions/render (vLLM's debugging endpoint): {"prompt": the rendered text
+  /// with special tokens spelled out, "token_ids": [...], "prompt_tokens": as usage reports it}.
+  [[nodiscard]] std::string render_json(const json::value& body);
   /// POST /detokenize.
   [[nodiscard]] std::string detokenize_json(const json::value& body);
   /// chatcmpl-… / cmpl-… ids, unique per process.

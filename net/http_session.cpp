@@ -120,11 +120,12 @@ private:
       case route::models: return reply(200, core_.models_json());
       case route::version: return reply(200, std::string("{\"version\":\"") + k3_version() + "\"}");
       case route::tokenize:
-      case route::detokenize: {
+      case route::detokenize:
+      case route::render: {
         auto body = std::make_shared<std::string>(std::move(req_.body()));
-        return offload_reply([&core = core_, body, tokenize = m.r == route::tokenize] {
+        return offload_reply([&core = core_, body, r = m.r] {
           const auto parsed = parse_body(*body);
-          return tokenize ? core.tokenize_json(parsed) : core.detokenize_json(parsed);
+          return r == route::tokenize ? core.tokenize_json(parsed) : r == route::render ? core.render_json(parsed) : core.detokenize_json(parsed);
         });
       }
       case route::chat_completions:

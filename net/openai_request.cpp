@@ -257,7 +257,7 @@ json::value parse_body(std::string_view body) {
   }
 }
 
-chat_request parse_chat(const json::value& b, bool k3) {
+chat_request parse_chat(const json::value& b, bool k3, bool for_generation) {
   reject_unknown(b, {"messages", "max_completion_tokens", "tools", "tool_choice", "response_format", "reasoning_effort",
                      "chat_template_kwargs", "continue_final_message", "add_generation_prompt", "thinking",
                      "parallel_tool_calls"});
@@ -325,8 +325,10 @@ chat_request parse_chat(const json::value& b, bool k3) {
   if (const auto* v = b.find("parallel_tool_calls"); present(v)) r.parallel_tool_calls = boolean(*v, "parallel_tool_calls");
   if (const auto* v = b.find("continue_final_message"); present(v) && boolean(*v, "continue_final_message") && k3)
     bad("continue_final_message", "Kimi K3's renderer cannot continue a final assistant message");
-  if (const auto* v = b.find("add_generation_prompt"); present(v) && !boolean(*v, "add_generation_prompt"))
-    bad("add_generation_prompt", "false is not supported for generation");
+  if (const auto* v = b.find("add_generation_prompt"); present(v) && !boolean(*v, "add_generation_prompt")) {
+    if (for_generation) bad("add_generation_prompt", "false is not supported for generation");
+    r.conv.add_generation_prompt = false;
+  }
   if (!k3) r.conv.thinking = false;
   return r;
 }

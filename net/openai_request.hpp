@@ -61,7 +61,8 @@ struct completion_request {
 /// Parses a JSON body; malformed JSON / invalid UTF-8 → 400.
 [[nodiscard]] json::value parse_body(std::string_view body);
 
-[[nodiscard]] chat_request parse_chat(const json::value& body, bool k3_family);
+/// `for_generation` false (render, tokenize): add_generation_prompt may be false.
+[[nodiscard]] chat_request parse_chat(const json::value& body, bool k3_family, bool for_generation = true);
 [[nodiscard]] completion_request parse_completion(const json::value& body);
 
 /// The model field must name one of the served names (when present); returns the name to report

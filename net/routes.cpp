@@ -38,6 +38,7 @@ route_match match_route(std::string_view method, std::string_view target, bool u
       {"/v1/models", route::models, "GET", true},        {"/version", route::version, "GET", true},
       {"/tokenize", route::tokenize, "POST", true},      {"/detokenize", route::detokenize, "POST", true},
       {"/v1/chat/completions", route::chat_completions, "POST", true},
+      {"/v1/chat/completions/render", route::render, "POST", true},
       {"/v1/completions", route::completions, "POST", true},
   };
   if (upgrade) {

@@ -9,7 +9,7 @@
 
 namespace k3::net {
 
-enum class route { health, metrics, models, version, tokenize, detokenize, chat_completions, completions, websocket, none };
+enum class route { health, metrics, models, version, tokenize, detokenize, render, chat_completions, completions, websocket, none };
 
 struct route_match {
   route r = route::none;

@@ -18,5 +18,6 @@ void add_shard_command(CLI::App& root, int& rc);
 void add_tokenize_command(CLI::App& root, int& rc);
 void add_bench_command(CLI::App& root, int& rc);
 void add_version_command(CLI::App& root, int& rc);
+void add_render_command(CLI::App& root, int& rc);
 
 } // namespace k3::app

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   k3::app::add_sim_command(root, rc);
   k3::app::add_bench_command(root, rc);
   k3::app::add_tokenize_command(root, rc);
+  k3::app::add_render_command(root, rc);
   k3::app::add_shard_command(root, rc);
   k3::app::add_version_command(root, rc);
 

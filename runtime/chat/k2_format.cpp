@@ -1,13 +1,9 @@
 #include "runtime/chat/k2_format.hpp"
 
-#include <map>
+#include <deque>
 
 namespace k3::chat {
 namespace {
-
-bool k2_style_id(const std::string& id) {
-  return id.rfind("functions.", 0) == 0 && id.find(':') != std::string::npos;
-}
 
 std::string body_text(const message& m) {
   return flatten_content(m, "<|media_start|>image<|media_content|><|media_pad|><|media_end|>");
@@ -16,6 +12,8 @@ std::string body_text(const message& m) {
 } // namespace
 
 std::vector<tok::segment> render_k2(const conversation& conv) {
+  // As the HF Kimi-K2-Instruct template renders under transformers (trim_blocks, lstrip_blocks),
+  // spec §16.5 and its 2026-12-03 notes.
   std::vector<tok::segment> s;
   auto ctrl = [&](const char* t) { s.push_back({t, true}); };
   auto text = [&](const std::string& t) {
@@ -34,8 +32,12 @@ std::vector<tok::segment> render_k2(const conversation& conv) {
     ctrl("<|im_middle|>");
     text("You are Kimi, an AI assistant created by Moonshot AI.");
     ctrl("<|im_end|>");
+    text("\n"); // the template's text before {% endif %} keeps this newline
   }
-  std::map<std::string, std::string> id_map; // client id -> rendered id
+  // Every assistant tool call is labelled functions.NAME:COUNTER (one counter for the whole
+  // conversation) and queued; each tool result takes the label at the front of the queue, so
+  // results are labelled by position, never by the client's tool_call_id.
+  std::deque<std::string> pending;
   int counter = 0;
   for (std::size_t i = 0; i < conv.messages.size(); ++i) {
     const message& m = conv.messages[i];
@@ -45,25 +47,33 @@ std::vector<tok::segment> render_k2(const conversation& conv) {
     ctrl(m.role == "user" ? "<|im_user|>" : m.role == "assistant" ? "<|im_assistant|>" : "<|im_system|>");
     text(!m.name.empty() ? m.name : m.role);
     ctrl("<|im_middle|>");
-    if (m.role == "tool") {
-      const auto it = id_map.find(m.tool_call_id);
-      text("## Return of " + (it != id_map.end() ? it->second : m.tool_call_id) + "\n" + body_text(m));
-    } else {
-      text(body_text(m));
-    }
     if (m.role == "assistant" && !m.tool_calls.empty()) {
+      text(body_text(m));
       ctrl("<|tool_calls_section_begin|>");
       for (const auto& c : m.tool_calls) {
-        const std::string id = k2_style_id(c.id) ? c.id : "functions." + c.name + ":" + std::to_string(counter);
-        ++counter;
-        if (!c.id.empty()) id_map[c.id] = id;
+        const std::string id = "functions." + c.name + ":" + std::to_string(counter++);
+        pending.push_back(id);
         ctrl("<|tool_call_begin|>");
         text(id);
         ctrl("<|tool_call_argument_begin|>");
-        text(c.arguments.empty() ? "{}" : c.arguments);
+        text(c.arguments); // a string is rendered verbatim, the empty string included
         ctrl("<|tool_call_end|>");
       }
       ctrl("<|tool_calls_section_end|>");
+    } else if (m.role == "tool") {
+      std::string id;
+      if (!pending.empty()) {
+        id = pending.front();
+        pending.pop_front();
+      } else {
+        id = "functions.";
+        id.append(m.name.empty() ? std::string_view("unknown") : std::string_view(m.name));
+        id.append(":");
+        id.append(std::to_string(counter));
+      }
+      text("## Return of " + id + "\n" + body_text(m));
+    } else {
+      text(body_text(m));
     }
     ctrl("<|im_end|>");
   }

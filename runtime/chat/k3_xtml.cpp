@@ -14,11 +14,17 @@ struct builder {
   void text(std::string_view s) {
     if (!s.empty()) segs.push_back({std::string(s), false});
   }
+  // An attribute is four text segments — ` key`, `="`, the escaped value, `"` — exactly as
+  // encoding_k3.py emits them, so BPE never merges across those boundaries (spec §16.6).
   void open(std::string_view tag, const std::vector<std::pair<std::string, std::string>>& attrs = {}) {
     ctrl("<|open|>");
-    std::string t(tag);
-    for (const auto& [k, v] : attrs) t += " " + k + "=\"" + escape_attr(v) + "\"";
-    text(t);
+    text(tag);
+    for (const auto& [k, v] : attrs) {
+      text(" " + k);
+      text("=\"");
+      text(escape_attr(v));
+      text("\"");
+    }
     ctrl("<|sep|>");
   }
   void close(std::string_view tag) {
@@ -97,10 +103,14 @@ void render_tool_calls(builder& b, const message& m, std::size_t msg_index) {
   for (std::size_t c = 0; c < m.tool_calls.size(); ++c) {
     const auto& call = m.tool_calls[c];
     b.open("call", {{"tool", call.name}, {"index", std::to_string(c + 1)}});
+    if (blank(call.arguments)) { // empty or whitespace-only arguments: a call with no arguments
+      b.close("call");
+      continue;
+    }
     json::value args;
     bool parsed = true;
     try {
-      args = json::parse(call.arguments.empty() ? std::string_view("{}") : std::string_view(call.arguments));
+      args = json::parse(call.arguments);
     } catch (const json::parse_error&) {
       parsed = false;
     }
@@ -195,7 +205,9 @@ std::vector<tok::segment> render_k3(const conversation& conv) {
       b.close("message");
       b.end_of_msg();
     } else if (m.role == "assistant") {
-      b.open("message", {{"role", "assistant"}});
+      std::vector<std::pair<std::string, std::string>> attrs{{"role", "assistant"}};
+      if (!m.name.empty()) attrs.emplace_back("name", m.name);
+      b.open("message", attrs);
       if (conv.thinking) {
         b.open("think");
         if (!blank(m.reasoning_content)) b.text(m.reasoning_content);
@@ -243,7 +255,7 @@ std::vector<tok::segment> render_k3(const conversation& conv) {
         if (!schema) schema = js->find("json_schema");
         if (!schema) schema = js;
       }
-      const std::string body = schema ? json::dump(*schema, {true, false}) : "{}";
+      const std::string body = schema ? json::dump(json::deep_sorted(*schema), {true, false}) : "{}";
       b.system_message("response-format", "The system is invoked with `response_format=json_schema`.\n" + head +
                                               "\nThe JSON data must match the following schema:\n```json\n" + body + "\n```");
     }

@@ -13,7 +13,7 @@ fail=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 
-cmds=("serve" "run" "make-model" "sim" "shard" "tokenize" "version" "bench" "bench kernels" "bench model" "bench engine"
+cmds=("serve" "run" "make-model" "sim" "shard" "tokenize" "render" "version" "bench" "bench kernels" "bench model" "bench engine"
       "bench sim" "bench cuda" "bench serve" "bench tokenizer")
 for c in "${cmds[@]}"; do
   # shellcheck disable=SC2086

@@ -2,9 +2,12 @@
 // JSON printing.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "runtime/chat/json.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
 
 using namespace k3::chat;
 
@@ -176,7 +179,7 @@ TEST_CASE("K2 / Kimi Linear format: default system, tools, calls, results, promp
   c.messages = {msg("user", "hi"), a, t};
   CHECK(join(render_k2(c)) ==
         "<|im_system|>tool_declare<|im_middle|>[{\"function\":{\"name\":\"f\"},\"type\":\"function\"}]<|im_end|>"
-        "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+        "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>\n"
         "<|im_user|>user<|im_middle|>hi<|im_end|>"
         "<|im_assistant|>assistant<|im_middle|>ok<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
         "<|tool_call_argument_begin|>{\"x\": 1}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
@@ -187,6 +190,144 @@ TEST_CASE("K2 / Kimi Linear format: default system, tools, calls, results, promp
   s.messages[0].name = "custom";
   s.add_generation_prompt = false;
   CHECK(join(render_k2(s)) == "<|im_system|>custom<|im_middle|>S<|im_end|>");
+}
+
+// ---- Golden segment lists for the 2026-12-03 rules (spec §16.6 corrections) -------------------
+// Each list is (control?, text) in order, checked by hand against encoding_k3.py's rules.
+
+namespace {
+using seg = std::pair<bool, std::string>;
+std::vector<seg> segs_of(const std::vector<k3::tok::segment>& s) {
+  std::vector<seg> out;
+  for (const auto& x : s) out.emplace_back(x.control, x.text);
+  return out;
+}
+const seg O{true, "<|open|>"}, C{true, "<|close|>"}, S{true, "<|sep|>"}, E{true, "<|end_of_msg|>"};
+seg T(std::string t) { return {false, std::move(t)}; }
+} // namespace
+
+TEST_CASE("K3 XTML golden segments: an attribute is four text segments ( key, =\", value, \")", "[chat][k3][golden]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message u = msg("user", "hi");
+  u.name = "Ann Lee "; // a value ending in a space: one segment would let BPE merge ` "` across it
+  c.messages = {u};
+  const std::vector<seg> want = {O, T("message"), T(" role"), T("=\""), T("user"), T("\""), T(" name"), T("=\""), T("Ann Lee "),
+                                 T("\""), S, T("hi"), C, T("message"), S, E};
+  CHECK(segs_of(render_k3(c)) == want);
+}
+
+TEST_CASE("K3 XTML golden segments: an assistant message with a name carries name=", "[chat][k3][golden]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message a = msg("assistant", "ok");
+  a.name = "kimi";
+  c.messages = {a};
+  const std::vector<seg> want = {O, T("message"), T(" role"), T("=\""), T("assistant"), T("\""), T(" name"), T("=\""), T("kimi"),
+                                 T("\""), S, O, T("response"), S, T("ok"), C, T("response"), S, C, T("message"), S, E};
+  CHECK(segs_of(render_k3(c)) == want);
+}
+
+TEST_CASE("K3 XTML golden segments: a system message carrying tools is the dynamic tool-declare message", "[chat][k3][golden]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message sys = msg("system", "ignored body");
+  sys.tools = k3::json::parse(R"([{"type":"function","function":{"parameters":{"type":"object"},"name":"late"}}])");
+  c.messages = {sys, msg("user", "u")};
+  const std::string body = "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\nYou have "
+                           "access to all existing and extended tools.\nHere are the specs for the extended tools.\n\n```json\n"
+                           "[{\"function\":{\"name\":\"late\",\"parameters\":{\"type\":\"object\"}},\"type\":\"function\"}]\n```";
+  const std::vector<seg> want = {O, T("message"), T(" role"), T("=\""), T("system"), T("\""), T(" type"), T("=\""), T("tool-declare"),
+                                 T("\""), S, T(body), C, T("message"), S, E,
+                                 O, T("message"), T(" role"), T("=\""), T("user"), T("\""), S, T("u"), C, T("message"), S, E};
+  CHECK(segs_of(render_k3(c)) == want);
+}
+
+TEST_CASE("K3 XTML golden segments: the response-format schema is deep-sorted", "[chat][k3][golden]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  c.messages = {msg("user", "u")};
+  c.response_format = k3::json::parse(
+      R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer","maximum":3}}}}})");
+  const auto out = segs_of(render_k3(c));
+  REQUIRE(out.size() >= 16);
+  CHECK(out[out.size() - 5].second ==
+        "The system is invoked with `response_format=json_schema`.\nYour response must be raw JSON data without markdown "
+        "code blocks (```json) or any additional formatting.\nThe JSON data must match the following schema:\n```json\n"
+        "{\"properties\":{\"a\":{\"maximum\":3,\"type\":\"integer\"},\"z\":{\"type\":\"string\"}},\"type\":\"object\"}\n```");
+}
+
+TEST_CASE("K3 XTML golden segments: empty or whitespace-only arguments render a call with no arguments", "[chat][k3][golden]") {
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message a = msg("assistant", "");
+  a.tool_calls = {{"i1", "now", "  \n\t"}, {"i2", "later", ""}};
+  c.messages = {a};
+  const std::vector<seg> want = {O, T("message"), T(" role"), T("=\""), T("assistant"), T("\""), S, O, T("response"), S, C,
+                                 T("response"), S, O, T("tools"), S,
+                                 O, T("call"), T(" tool"), T("=\""), T("now"), T("\""), T(" index"), T("=\""), T("1"), T("\""), S, C,
+                                 T("call"), S,
+                                 O, T("call"), T(" tool"), T("=\""), T("later"), T("\""), T(" index"), T("=\""), T("2"), T("\""), S, C,
+                                 T("call"), S, C, T("tools"), S, C, T("message"), S, E};
+  CHECK(segs_of(render_k3(c)) == want);
+}
+
+TEST_CASE("K3 XTML: attribute segments change the ids where one segment would merge", "[chat][k3][golden]") {
+  // A vocabulary that knows ` "` lets BPE merge across a single ` name="Ann "` segment; the
+  // four-segment form cannot.
+  std::vector<std::string> base;
+  for (int b = 0; b < 256; ++b) base.emplace_back(1, static_cast<char>(b));
+  base.emplace_back(" \"");
+  const auto n = static_cast<std::int32_t>(base.size());
+  const k3::tok::kimi_tokenizer tok(base, {{n + 2, "<|end_of_msg|>"}, {n + 3, "<|open|>"}, {n + 4, "<|close|>"}, {n + 5, "<|sep|>"}});
+  conversation c;
+  c.thinking = false;
+  c.add_generation_prompt = false;
+  message u = msg("user", "x");
+  u.name = "Ann ";
+  c.messages = {u};
+  const auto segs = render_k3(c);
+  const auto ids = tok.encode(segs);
+  CHECK(std::count(ids.begin(), ids.end(), n - 1) == 0); // ` "` never formed
+  CHECK(tok.decode(ids) == join(segs));
+  const auto merged = tok.encode(join(segs), true); // what encoding the joined string would give
+  CHECK(std::count(merged.begin(), merged.end(), n - 1) == 1);
+}
+
+TEST_CASE("K2 golden: results labelled by position from one counter; unknown ids; verbatim arguments", "[chat][k2][golden]") {
+  conversation c;
+  message a = msg("assistant", "");
+  a.tool_calls = {{"x", "f", ""}, {"y", "g", "{ \"a\" : 1 }"}};
+  message r1 = msg("tool", "R1");
+  r1.tool_call_id = "y"; // out of order: still labelled by position (the first queued id)
+  message r2 = msg("tool", "R2");
+  r2.tool_call_id = "nope";
+  message r3 = msg("tool", "R3"); // queue empty: name, else unknown, with the current counter
+  r3.name = "h";
+  message r4 = msg("tool", "R4");
+  message a2 = msg("assistant", "more");
+  a2.tool_calls = {{"functions.z:9", "z", "{}"}};
+  message r5 = msg("tool", "R5");
+  c.messages = {msg("system", "S"), a, r1, r2, r3, r4, a2, r5};
+  c.add_generation_prompt = false;
+  CHECK(join(render_k2(c)) ==
+        "<|im_system|>system<|im_middle|>S<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|>"
+        "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|><|tool_call_end|>"
+        "<|tool_call_begin|>functions.g:1<|tool_call_argument_begin|>{ \"a\" : 1 }<|tool_call_end|>"
+        "<|tool_calls_section_end|><|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.f:0\nR1<|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.g:1\nR2<|im_end|>"
+        "<|im_system|>h<|im_middle|>## Return of functions.h:2\nR3<|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.unknown:2\nR4<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|>more<|tool_calls_section_begin|>"
+        "<|tool_call_begin|>functions.z:2<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.z:2\nR5<|im_end|>");
 }
 
 #include "runtime/tokenizer/kimi_tokenizer.hpp"
