@@ -165,6 +165,17 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
     const auto d = http_request(s.port, "POST", "/detokenize", "{\"tokens\":[" + arr + "]}");
     REQUIRE(d.status == 200);
     CHECK(parse(d.body).find("prompt")->s == "Hello world");
+    // /tokenize, /v1/chat/completions/render and chat completions render and count alike.
+    const std::string chat_body =
+        R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi there","name":"ann"}],"tools":[{"type":"function","function":{"name":"f"}}],"max_tokens":1})";
+    const auto tk = parse(http_request(s.port, "POST", "/tokenize", chat_body).body);
+    const auto rd = parse(http_request(s.port, "POST", "/v1/chat/completions/render", chat_body).body);
+    const auto cc = parse(http_request(s.port, "POST", "/v1/chat/completions", chat_body).body);
+    CHECK(tk.find("prompt_tokens")->s == cc.find("usage")->find("prompt_tokens")->s);
+    CHECK(rd.find("prompt_tokens")->s == cc.find("usage")->find("prompt_tokens")->s);
+    CHECK(rd.find("token_ids")->items.size() == tk.find("tokens")->items.size());
+    CHECK(std::stoi(tk.find("count")->s) == std::stoi(tk.find("prompt_tokens")->s) + 3); // K3's generation opener
+    CHECK(rd.find("prompt")->s.find("<|open|>message role=\"user\" name=\"ann\"<|sep|>Hi there") != std::string::npos);
   }
   SECTION("bad input: each a 400 naming the field, 404 for the model") {
     auto post = [&](const std::string& b) { return http_request(s.port, "POST", "/v1/chat/completions", b); };
