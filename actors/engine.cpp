@@ -219,6 +219,7 @@ submit_result llm_engine::submit(std::vector<std::int32_t> prompt, const generat
   spec.priority = gp.priority;
   spec.sampling = gp.sampling;
   spec.seed = gp.seed;
+  spec.grammar = gp.grammar;
   actors::request_options ro;
   ro.id = out.id;
   ro.stop_strings = gp.stop;

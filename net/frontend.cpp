@@ -6,6 +6,8 @@
 #include <random>
 
 #include "net/routes.hpp"
+#include "runtime/grammar/json_schema.hpp"
+#include "runtime/grammar/output_grammar.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
 
@@ -67,6 +69,7 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
     reported_prompt = static_cast<std::int64_t>(p.prompt.size()) - (k3 ? chat::k3_generation_opener_tokens : 0);
     p.setup.thinking = k3 && r.conv.thinking;
     p.setup.tools_declared = r.has_tools && r.conv.tool_choice != "none";
+    p.gp.grammar = grammar_for(r);
     g = std::move(r.gen);
   } else {
     auto r = parse_completion(body);
@@ -110,6 +113,54 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
   p.setup.tokenizer = &eng.tokenizer();
   p.setup.prompt_tokens = reported_prompt;
   return p;
+}
+
+std::shared_ptr<const grammar::compiled_grammar> frontend::grammar_for(const chat_request& r) {
+  grammar::output_spec spec;
+  spec.k3 = k3;
+  spec.thinking = k3 && r.conv.thinking;
+  spec.parallel = r.parallel_tool_calls;
+  if (r.conv.tools)
+    for (std::size_t i = 0; i < r.conv.tools->items.size(); ++i) {
+      const auto& fn = *r.conv.tools->items[i].find("function");
+      grammar::tool_def d;
+      d.name = fn.find("name")->s;
+      if (const auto* prm = fn.find("parameters")) d.parameters = *prm;
+      if (const auto* st = fn.find("strict"); st && st->k == json::value::kind::boolean) d.strict = st->b;
+      d.path = "tools[" + std::to_string(i) + "].function.parameters";
+      if (r.named_tool.empty() || d.name == r.named_tool) spec.tools.push_back(std::move(d));
+    }
+  if (!r.named_tool.empty()) spec.tools_mode = grammar::tool_mode::named;
+  else if (r.conv.tool_choice == "required") spec.tools_mode = grammar::tool_mode::required;
+  else if (r.conv.tool_choice == "none") spec.tools_mode = grammar::tool_mode::none;
+  else if (std::any_of(spec.tools.begin(), spec.tools.end(), [](const grammar::tool_def& d) { return d.strict; }))
+    spec.tools_mode = grammar::tool_mode::optional;
+  if (r.conv.response_format) {
+    const auto* type = r.conv.response_format->find("type");
+    if (type && type->s == "json_object") spec.json_object = true;
+    if (type && type->s == "json_schema") {
+      const auto* js = r.conv.response_format->find("json_schema");
+      const json::value* schema = nullptr;
+      if (js && js->is_object()) {
+        schema = js->find("schema");
+        spec.schema_path = "response_format.json_schema.schema";
+        if (!schema) {
+          schema = js->find("json_schema");
+          spec.schema_path = "response_format.json_schema.json_schema";
+        }
+      }
+      if (!schema) throw api_error(400, "response_format.json_schema.schema: a JSON Schema is required", "response_format.json_schema.schema");
+      spec.json_schema = *schema;
+    }
+  }
+  if (!grammar::constrains(spec)) return nullptr;
+  try {
+    return grammar::output_grammar(spec, eng.tokenizer(), eng.config().vocab);
+  } catch (const grammar::schema_error& e) {
+    throw api_error(400, std::string(e.what()) + " (keyword '" + e.keyword + "')", e.path, "unsupported_schema");
+  } catch (const grammar::grammar_error& e) {
+    throw api_error(400, e.what(), "tools", "invalid_grammar");
+  }
 }
 
 std::string frontend::tokenize_json(const json::value& b) {

@@ -64,6 +64,9 @@ public:
   std::int64_t resolved_max_model_len = 4096;
 
 private:
+  /// The constrained-decoding grammar a chat request needs (nullptr: none). Throws api_error
+  /// 400 naming the schema keyword and path that cannot be enforced.
+  std::shared_ptr<const grammar::compiled_grammar> grammar_for(const chat_request& r);
   /// Encodes segments within the context limit or throws the context-length error.
   std::vector<std::int32_t> encode_within(const std::vector<tok::segment>& segs, std::int64_t completion_min,
                                           const char* param);

@@ -276,11 +276,26 @@ chat_request parse_chat(const json::value& b, bool k3, bool for_generation) {
     }
   }
   if (const auto* tc = b.find("tool_choice"); present(tc)) {
-    if (tc->k == kind::object)
-      bad("tool_choice", "a named tool choice needs constrained decoding of the tools channel, which this build lacks; use auto or required");
-    const auto& v = string(*tc, "tool_choice");
-    if (v != "auto" && v != "none" && v != "required") bad("tool_choice", "must be auto, none or required");
-    r.conv.tool_choice = v;
+    if (tc->k == kind::object) {
+      const auto* type = tc->find("type");
+      if (!present(type) || string(*type, "tool_choice.type") != "function") bad("tool_choice.type", "must be \"function\"");
+      const auto* fn = tc->find("function");
+      if (!present(fn)) bad("tool_choice.function", "is required");
+      expect(*fn, kind::object, "tool_choice.function", "an object");
+      const auto* name = fn->find("name");
+      if (!present(name)) bad("tool_choice.function.name", "is required");
+      r.named_tool = string(*name, "tool_choice.function.name");
+      bool declared = false;
+      if (r.conv.tools)
+        for (const auto& t : r.conv.tools->items)
+          if (const auto* f = t.find("function"); f && f->find("name") && f->find("name")->s == r.named_tool) declared = true;
+      if (!declared) bad("tool_choice.function.name", "'" + r.named_tool + "' is not one of the declared tools");
+    } else {
+      const auto& v = string(*tc, "tool_choice");
+      if (v != "auto" && v != "none" && v != "required") bad("tool_choice", "must be auto, none, required or {\"type\": \"function\", ...}");
+      if (v == "required" && !r.has_tools) bad("tool_choice", "required needs tools");
+      r.conv.tool_choice = v;
+    }
   }
   if (const auto* rf = b.find("response_format"); present(rf)) {
     expect(*rf, kind::object, "response_format", "an object");

@@ -50,6 +50,7 @@ struct chat_request {
   chat::conversation conv;
   bool has_tools = false;
   bool parallel_tool_calls = true;
+  std::string named_tool; ///< tool_choice {"type": "function", "function": {"name": N}}
 };
 
 struct completion_request {

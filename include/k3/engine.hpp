@@ -33,6 +33,10 @@
 #include "runtime/model/config.hpp"
 #include "runtime/tokenizer/kimi_tokenizer.hpp"
 
+namespace k3::grammar {
+class compiled_grammar;
+}
+
 namespace k3 {
 
 using actors::stream_event;
@@ -86,6 +90,8 @@ struct generation_params {
   /// Ids the output parser consumes (chat markers): they produce no text and release text held
   /// for UTF-8 or stop-string matching, so text never crosses a marker (request_options).
   std::vector<std::int32_t> structural_ids;
+  /// Constrained decoding (runtime/grammar/output_grammar.hpp): only tokens the grammar allows.
+  std::shared_ptr<const grammar::compiled_grammar> grammar;
 };
 
 struct submit_result {

@@ -79,7 +79,8 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
     for (std::size_t i = 0; i < E; ++i) {
       const auto& e = plan.entries[i];
       if (!e.sample) continue;
-      kind[i] = classify(e.sampler->parameters());
+      // Constrained rows go to the host sampler behind their grammar mask.
+      kind[i] = e.matcher ? row_kind::host : classify(e.sampler->parameters());
       if (kind[i] == row_kind::host) ++host_rows;
       if (kind[i] == row_kind::device_sampled) {
         const auto& sp = e.sampler->parameters();
@@ -128,6 +129,7 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
       rows_host_ = pinned_alloc(host_rows * vocab * 4, "cudaMallocHost(logits rows)");
       rows_cap_ = host_rows;
     }
+    std::vector<std::vector<std::uint64_t>> masks;
     std::size_t k = 0;
     for (std::size_t i = 0; i < E; ++i) {
       if (kind[i] != row_kind::host) continue;
@@ -162,6 +164,10 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
       case row_kind::host: {
         const float* row = static_cast<const float*>(rows_host_.get()) + k++ * vocab;
         row_.assign(row, row + vocab);
+        if (plan.entries[i].matcher) {
+          if (masks.empty()) masks = engine::compute_masks(plan);
+          engine::apply_token_mask(row_, masks[i]);
+        }
         auto res = plan.entries[i].sampler->sample(row_);
         r.tokens.push_back(res.token);
         r.logprobs.push_back(res.logprob);

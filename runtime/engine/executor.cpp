@@ -1,6 +1,8 @@
 #include "runtime/engine/executor.hpp"
 
 #include <exception>
+#include <future>
+#include <limits>
 
 namespace k3::engine {
 
@@ -17,9 +19,37 @@ std::vector<std::int64_t> model_executor::expert_tokens() const {
   return out;
 }
 
+void apply_token_mask(std::span<float> logits, std::span<const std::uint64_t> mask) {
+  const std::size_t n = logits.size();
+  for (std::size_t w = 0; w * 64 < n; ++w) {
+    const std::uint64_t word = w < mask.size() ? mask[w] : 0;
+    if (word == ~std::uint64_t{0}) continue;
+    const std::size_t end = std::min(n, (w + 1) * 64);
+    for (std::size_t i = w * 64; i < end; ++i)
+      if (!((word >> (i - w * 64)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+std::vector<std::vector<std::uint64_t>> compute_masks(const batch_plan& plan) {
+  std::vector<std::vector<std::uint64_t>> masks(plan.entries.size());
+  for (std::size_t i = 0; i < plan.entries.size(); ++i) {
+    const auto& e = plan.entries[i];
+    if (!e.sample || !e.matcher) continue;
+    masks[i].resize(e.matcher->grammar_of().vocab().words());
+    e.matcher->fill_mask(masks[i], e.budget);
+  }
+  return masks;
+}
+
 step_result model_executor::run(const batch_plan& plan) {
   step_result r;
   r.step = plan.step;
+  // Token masks of constrained requests are computed on a helper thread while the forward pass
+  // runs (each depends only on tokens the scheduler already folded in).
+  bool constrained = false;
+  for (const auto& e : plan.entries) constrained = constrained || (e.sample && e.matcher);
+  std::future<std::vector<std::vector<std::uint64_t>>> masks;
+  if (constrained) masks = std::async(std::launch::async, [&plan] { return compute_masks(plan); });
   try {
     entries_.clear();
     for (const auto& e : plan.entries) entries_.push_back({e.state, e.tokens, false});
@@ -33,10 +63,13 @@ step_result model_executor::run(const batch_plan& plan) {
         expert_totals_[e].store(sum, std::memory_order_relaxed);
       }
     }
+    const auto mask = constrained ? masks.get() : std::vector<std::vector<std::uint64_t>>{};
     for (std::size_t i = 0; i < plan.entries.size(); ++i) {
       if (!plan.entries[i].sample) continue;
       const auto row = out.last(i);
       row_.assign(row.begin(), row.end());
+      // The grammar's mask comes before penalties, temperature and the top-k/top-p/min-p cuts.
+      if (!mask.empty() && !mask[i].empty()) apply_token_mask(row_, mask[i]);
       auto res = plan.entries[i].sampler->sample(row_);
       r.tokens.push_back(res.token);
       r.logprobs.push_back(res.logprob);

@@ -13,12 +13,18 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/engine/scheduler.hpp"
 #include "runtime/model/model.hpp"
 
 namespace k3::engine {
+
+/// Sets the logits of tokens a grammar mask (bitset over ids) does not allow to −inf.
+void apply_token_mask(std::span<float> logits, std::span<const std::uint64_t> mask);
+/// The grammar masks of a plan's constrained sampled entries (empty vectors elsewhere).
+[[nodiscard]] std::vector<std::vector<std::uint64_t>> compute_masks(const batch_plan& plan);
 
 class step_executor {
 public:

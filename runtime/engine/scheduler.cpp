@@ -40,6 +40,7 @@ errc scheduler::submit(request_spec spec, std::string* why) {
   r.arrival = arrivals_++;
   r.sampler = std::make_unique<sampling::sampler>(spec.sampling, spec.seed);
   r.sampler->observe_prompt(spec.prompt);
+  if (spec.grammar) r.matcher = std::make_unique<grammar::matcher>(spec.grammar);
   const auto id = spec.id;
   waiting_tokens_ += static_cast<std::int64_t>(spec.prompt.size());
   r.spec = std::move(spec);
@@ -158,6 +159,11 @@ batch_plan scheduler::schedule() {
     e.position = r.computed;
     e.sample = r.computed + n == static_cast<std::int64_t>(r.tokens.size());
     e.sampler = r.sampler.get();
+    if (r.matcher && e.sample) {
+      e.matcher = r.matcher.get();
+      e.budget = std::min<std::int64_t>(r.spec.max_tokens - r.num_output,
+                                        kv_.config().max_model_len - static_cast<std::int64_t>(r.tokens.size()));
+    }
     plan.entries.push_back(e);
     plan.num_tokens += n;
   }
@@ -201,8 +207,22 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     ev.token = tok;
     if (ri < res.logprobs.size()) ev.logprob = res.logprobs[ri];
     if (ri < res.tops.size()) ev.top = res.tops[ri];
-    const bool stop = !r.spec.ignore_eos &&
-                      std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), tok) != r.spec.stop_ids.end();
+    bool grammar_done = false;
+    if (r.matcher) {
+      if (!r.matcher->accept_token(tok)) { // the executor sampled outside the mask: a bug, never silent
+        ev.finished = true;
+        ev.finish_reason = "error";
+        ev.error = errc::internal;
+        ev.message = "token " + std::to_string(tok) + " is not allowed by the request's grammar";
+        events.push_back(ev);
+        finish(e.id);
+        ++stats_.requests_finished;
+        continue;
+      }
+      grammar_done = r.matcher->terminated();
+    }
+    const bool stop = grammar_done || (!r.spec.ignore_eos &&
+                                       std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), tok) != r.spec.stop_ids.end());
     if (stop || r.num_output >= r.spec.max_tokens ||
         static_cast<std::int64_t>(r.tokens.size()) >= kv_.config().max_model_len) {
       ev.finished = true;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kernels/sampling/sampler.hpp"
+#include "runtime/grammar/matcher.hpp"
 #include "runtime/engine/errors.hpp"
 #include "runtime/engine/kv_manager.hpp"
 
@@ -50,6 +51,9 @@ struct request_spec {
   int priority = 0; ///< lower runs sooner (priority scheduling only)
   sampling::params sampling;
   std::uint64_t seed = 0;
+  /// Constrained decoding: only tokens this grammar allows are sampled; the request ends when
+  /// the grammar is complete and nothing more can follow (whatever ignore_eos says).
+  std::shared_ptr<const grammar::compiled_grammar> grammar;
 };
 
 struct scheduler_config {
@@ -68,6 +72,9 @@ struct scheduled_entry {
   std::int64_t position = 0; ///< tokens already computed before this chunk (its context)
   bool sample = false;
   sampling::sampler* sampler = nullptr;
+  /// The request's grammar position (constrained requests), and the tokens it may still emit.
+  const grammar::matcher* matcher = nullptr;
+  std::int64_t budget = -1;
 };
 
 struct batch_plan {
@@ -151,6 +158,7 @@ private:
     bool running = false;
     bool cancelled = false;
     std::unique_ptr<sampling::sampler> sampler;
+    std::unique_ptr<grammar::matcher> matcher; ///< kept across preemption: output tokens stay
   };
   void preempt(record* r, batch_plan& plan);
   void finish(request_id id);

@@ -135,6 +135,30 @@ compiled_grammar::node_cache compiled_grammar::compute(std::uint32_t n) const {
     }
   };
   dfs(0, 0, false);
+  // Tokens made only of the node's self-loop bytes keep the state exactly (budget steering
+  // decides them without stepping).
+  out.stay.assign(v.words(), 0);
+  const auto& sl = g_.self_loop[n];
+  if (sl != byte_bits{}) {
+    std::function<void(std::uint32_t)> mark = [&](std::uint32_t t) {
+      const auto& tn = trie[t];
+      for (auto c = tn.first_child; c < tn.first_child + tn.num_children; ++c) {
+        const auto& cn = trie[c];
+        if (cn.sym >= 256 || !has_bit(sl, cn.sym)) continue;
+        if (!cn.special && (cn.bytes[0] & ~sl[0]) == 0 && (cn.bytes[1] & ~sl[1]) == 0 && (cn.bytes[2] & ~sl[2]) == 0 &&
+            (cn.bytes[3] & ~sl[3]) == 0) {
+          for (auto i = cn.lo; i < cn.hi; ++i) {
+            const auto id = static_cast<std::uint32_t>(ids[i]);
+            out.stay[id >> 6] |= std::uint64_t{1} << (id & 63);
+          }
+          continue;
+        }
+        if (cn.token >= 0) out.stay[static_cast<std::uint32_t>(cn.token) >> 6] |= std::uint64_t{1} << (cn.token & 63);
+        mark(c);
+      }
+    };
+    mark(0);
+  }
   return out;
 }
 
@@ -214,69 +238,77 @@ std::uint32_t matcher::distance() const {
 }
 
 void matcher::fill_mask(std::span<std::uint64_t> mask, std::int64_t budget_left) const {
-  std::fill(mask.begin(), mask.end(), 0);
   const auto& g = g_->g();
   const auto& v = g_->vocab();
-  auto set = [&](std::int32_t id) { mask[static_cast<std::uint32_t>(id) >> 6] |= std::uint64_t{1} << (id & 63); };
-  if (budget_left >= 0) {
-    const auto here = distance();
-    if (here != unreachable && static_cast<std::int64_t>(here) >= budget_left && !accepting_) {
-      // Steer to completion: single-symbol tokens that bring the end closer.
-      bool any = false;
-      std::vector<std::uint32_t> heads;
-      std::vector<config> cons;
-      for (int s = 0; s < num_symbols; ++s) {
-        const auto id = v.single(static_cast<symbol>(s));
-        if (id < 0) continue;
-        step(g, fs_, cons_, static_cast<symbol>(s), heads);
-        if (heads.empty()) continue;
-        bool acc = false, popped = false;
-        expand(g, fs_, heads, cons, acc, popped);
-        std::uint32_t d = acc ? 0 : unreachable;
-        for (const auto& c : cons)
-          if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) d = std::min(d, g.dist[c.node] + chain(c.parent));
-        if (d < here) {
-          set(id);
-          any = true;
-        }
-      }
-      if (any) return;
+  fill_free(mask);
+  if (budget_left < 0) return;
+  // Budget steering: keep only tokens after which the shortest completion still fits in the
+  // tokens left (dist(after) ≤ budget − 1). One token can push it far (a marker that opens
+  // another call), so every allowed token is checked — cheaply: a token that stays on a head's
+  // node (self-loop bytes) leaves that head's distance unchanged; only the others are stepped.
+  // If nothing fits, the tokens that come closest are kept (max_tokens then cuts a best effort).
+  const auto here = distance();
+  if (here == unreachable) return;
+  const std::int64_t limit = budget_left - 1;
+  std::vector<std::uint64_t> keep(mask.size(), 0);
+  {
+    std::vector<std::uint32_t> one(1);
+    std::vector<config> cons;
+    for (auto h : heads_) {
+      one[0] = h;
+      bool acc = false, popped = false;
+      expand(g, fs_, one, cons, acc, popped);
+      std::uint32_t dh = acc ? 0 : unreachable;
+      for (const auto& c : cons)
+        if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) dh = std::min(dh, g.dist[c.node] + chain(c.parent));
+      if (static_cast<std::int64_t>(dh) > limit) continue;
+      const auto& st = g_->cache(fs_.list[h].node).stay;
+      for (std::size_t w = 0; w < keep.size() && w < st.size(); ++w) keep[w] |= st[w] & mask[w];
     }
   }
-  fill_free(mask);
-  // Near the end of the budget, a token may not push the shortest completion beyond what is
-  // left (a UTF-8 lead byte, an opening bracket): drop those, so steering can always finish.
-  if (budget_left >= 0) {
-    const auto here = distance();
-    constexpr std::int64_t margin = 256;
-    if (here != unreachable && static_cast<std::int64_t>(here) + margin >= budget_left) {
-      std::vector<std::uint32_t> heads;
-      std::vector<config> cons;
-      for (std::size_t w = 0; w < mask.size(); ++w)
-        for (std::uint64_t x = mask[w]; x; x &= x - 1) {
-          const auto id = static_cast<std::int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x)));
-          cons = cons_;
-          bool ok = true, acc = false, popped = false;
-          for (auto sym : v.symbols(id)) {
-            step(g, fs_, cons, sym, heads);
-            if (heads.empty()) {
-              ok = false;
-              break;
-            }
-            expand(g, fs_, heads, cons, acc, popped);
-          }
-          std::uint32_t d = acc ? 0 : unreachable;
-          if (ok)
-            for (const auto& c : cons)
-              if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) d = std::min(d, g.dist[c.node] + chain(c.parent));
-          if (!ok || static_cast<std::int64_t>(d) > budget_left - 1)
-            mask[w] &= ~(std::uint64_t{1} << (id & 63));
+  std::vector<std::uint32_t> heads;
+  std::vector<config> cons;
+  std::vector<std::pair<std::int32_t, std::uint32_t>> closest;
+  std::uint32_t best = unreachable;
+  bool any = false;
+  for (std::size_t w = 0; w < mask.size(); ++w) {
+    any = any || keep[w];
+    for (std::uint64_t x = mask[w] & ~keep[w]; x; x &= x - 1) {
+      const auto id = static_cast<std::int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x)));
+      cons = cons_;
+      bool ok = true, acc = false, popped = false;
+      for (auto sym : v.symbols(id)) {
+        step(g, fs_, cons, sym, heads);
+        if (heads.empty()) {
+          ok = false;
+          break;
         }
+        expand(g, fs_, heads, cons, acc, popped);
+      }
+      if (!ok) continue;
+      std::uint32_t d = acc ? 0 : unreachable;
+      for (const auto& c : cons)
+        if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) d = std::min(d, g.dist[c.node] + chain(c.parent));
+      if (static_cast<std::int64_t>(d) <= limit) {
+        keep[w] |= std::uint64_t{1} << (id & 63);
+        any = true;
+      } else if (d <= best) {
+        if (d < best) closest.clear();
+        best = d;
+        closest.emplace_back(id, d);
+      }
     }
+  }
+  if (any) {
+    std::copy(keep.begin(), keep.end(), mask.begin());
+  } else if (!closest.empty() && best < here) {
+    std::fill(mask.begin(), mask.end(), 0);
+    for (const auto& [id, d] : closest) mask[static_cast<std::uint32_t>(id) >> 6] |= std::uint64_t{1} << (id & 63);
   }
 }
 
 void matcher::fill_free(std::span<std::uint64_t> mask) const {
+  std::fill(mask.begin(), mask.end(), 0);
   const auto& g = g_->g();
   const auto& v = g_->vocab();
   auto set = [&](std::int32_t id) { mask[static_cast<std::uint32_t>(id) >> 6] |= std::uint64_t{1} << (id & 63); };

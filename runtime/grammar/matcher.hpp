@@ -38,6 +38,7 @@ public:
   struct node_cache {
     std::vector<std::uint64_t> accepted;   ///< bitset over token ids
     std::vector<std::int32_t> uncertain;   ///< in trie (lexicographic) order
+    std::vector<std::uint64_t> stay;       ///< tokens that leave the state as it is (self-loop bytes only)
   };
   /// The cache of node n (computed on first use).
   [[nodiscard]] const node_cache& cache(std::uint32_t n) const;

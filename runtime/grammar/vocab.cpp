@@ -26,6 +26,7 @@ token_vocab::token_vocab(const tok::kimi_tokenizer& t, std::int32_t model_vocab)
     off_.push_back(static_cast<std::uint32_t>(syms_.size()));
     const auto s = symbols(id);
     if (s.size() == 1 && single_[s[0]] < 0) single_[s[0]] = id;
+    max_symbols_ = std::max(max_symbols_, s.size());
   }
   // Trie: insert in lexicographic order so every child list is already sorted.
   std::vector<std::int32_t> order;

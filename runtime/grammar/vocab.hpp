@@ -35,6 +35,8 @@ public:
   }
   /// The token that is exactly this one symbol (every byte has one; specials are theirs), or -1.
   [[nodiscard]] std::int32_t single(symbol s) const noexcept { return single_[s]; }
+  /// Symbols of the longest token.
+  [[nodiscard]] std::size_t max_symbols() const noexcept { return max_symbols_; }
 
   struct trie_node {
     std::uint32_t first_child = 0, num_children = 0;
@@ -49,6 +51,7 @@ public:
 
 private:
   std::int32_t size_ = 0;
+  std::size_t max_symbols_ = 1;
   std::vector<std::uint32_t> off_;
   std::vector<symbol> syms_;
   std::array<std::int32_t, num_symbols> single_{};

@@ -309,3 +309,69 @@ TEST_CASE("scheduler: preemption by recompute and batching give exactly each req
   }
   CHECK(kv.usage().used_blocks == 0);
 }
+
+#include "runtime/chat/output_parser.hpp"
+#include "runtime/grammar/output_grammar.hpp"
+#include "runtime/grammar/schema_validator.hpp"
+#include "runtime/tokenizer/kimi_tokenizer.hpp"
+
+TEST_CASE("scheduler: constrained requests through the model stay valid across preemption and end with the grammar",
+          "[engine][grammar]") {
+  test::temp_dir d("sched_grammar");
+  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
+  auto m = model::model::load(d.str(), {.progress = 0});
+  const auto tk = tok::kimi_tokenizer::load(d.str());
+  const auto& c = m->config();
+  grammar::output_spec spec;
+  spec.k3 = true;
+  spec.thinking = false;
+  spec.tools_mode = grammar::tool_mode::required;
+  spec.tools = {{"add", json::parse(R"({"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},
+                  "b":{"type":"integer"},"note":{"type":"string","maxLength":6}},"required":["a","b"],"additionalProperties":false})"),
+                 false, "tools[0]"}};
+  const auto g = grammar::output_grammar(spec, tk, c.vocab);
+  // Blocks for ~1 full-length sequence while 4 run: constrained requests are preempted and
+  // recomputed, their grammar position kept.
+  kv_manager kv(c, {.memory_bytes = 4 * kv_manager::slot_bytes(c) + 14 * kv_manager::block_bytes(c, 16, false), .block_size = 16,
+                    .max_model_len = 192, .max_num_seqs = 4});
+  scheduler s({.max_num_batched_tokens = 40, .max_num_seqs = 4, .vocab = c.vocab}, kv);
+  model_executor ex(*m);
+  for (request_id id = 0; id < 6; ++id) {
+    request_spec q;
+    q.id = id;
+    q.prompt = tk.encode("please add two numbers, request " + std::to_string(id), false);
+    q.max_tokens = 160;
+    q.stop_ids = tk.stop_ids;
+    q.ignore_eos = id % 2 == 1; // the grammar ends the request either way
+    q.sampling.temperature = 1.0f;
+    q.seed = 77 + id;
+    q.grammar = g;
+    REQUIRE(s.submit(q) == errc::none);
+  }
+  const auto log = drain(s, ex);
+  CHECK(s.stats().preemptions > 0);
+  const auto ids = chat::k3_output_parser::ids_of(tk);
+  for (request_id id = 0; id < 6; ++id) {
+    const auto& out = log.out.at(id);
+    std::string idlist;
+    for (auto t : out) idlist += std::to_string(t) + " ";
+    INFO("request " << id << " (" << out.size() << " tokens): " << tk.decode(out) << " ids " << idlist);
+    CHECK(log.reason.at(id) == "stop");
+    CHECK(static_cast<int>(out.size()) <= 160);
+    chat::k3_output_parser p(ids, false, true);
+    std::vector<std::pair<std::string, std::string>> calls;
+    chat::parse_delta all;
+    for (auto t : out) all.append(p.feed(t, t >= tk.bpe().base_vocab_size() ? std::string() : tk.decode(std::vector<std::int32_t>{t})));
+    all.append(p.finish());
+    for (auto& cd : all.calls) {
+      if (cd.begin) calls.emplace_back(cd.name, "");
+      calls[cd.index].second += cd.arguments;
+    }
+    REQUIRE(!calls.empty());
+    for (const auto& [name, args] : calls) {
+      CHECK(name == "add");
+      CHECK(grammar::validate_json(json::parse(args), spec.tools[0].parameters) == "");
+    }
+  }
+  CHECK(kv.usage().used_blocks == 0);
+}
