@@ -8,6 +8,7 @@
 
 #include "apps/k3/commands.hpp"
 #include "bench/engine_bench.hpp"
+#include "bench/grammar_bench.hpp"
 #include "bench/kernel_bench.hpp"
 #include "bench/model_bench.hpp"
 #include "bench/serve_bench.hpp"
@@ -24,7 +25,7 @@ int bench_tokenizer_run(const std::string& file, const std::string& pattern, con
 
 void add_bench_command(CLI::App& root, int& rc) {
   using CLI::Range;
-  auto* bench = root.add_subcommand("bench", "Benchmarks (kernels, model, engine, serve, sim, cuda, tokenizer)");
+  auto* bench = root.add_subcommand("bench", "Benchmarks (kernels, model, engine, serve, sim, cuda, tokenizer, grammar)");
   bench->require_subcommand(1, 1);
 
   {
@@ -122,6 +123,15 @@ void add_bench_command(CLI::App& root, int& rc) {
     cmd->add_option("--text", o->text, "Encode this file instead of the built-in samples");
     cmd->add_option("--mb", o->mb, "MB of text per sample")->check(Range(0.001, 4096.0));
     cmd->callback([o, &rc] { rc = bench_tokenizer_run(o->file, o->pattern, o->text, o->mb); });
+  }
+  {
+    auto* cmd = bench->add_subcommand("grammar", "Constrained decoding: schema compile time and per-token mask time on a K3-sized vocabulary");
+    auto o = std::make_shared<bench::grammar_bench_options>();
+    cmd->add_option("--tiktoken", o->tiktoken, "Use this tiktoken rank file instead of the generated 163,584-token vocabulary");
+    cmd->add_option("--steps", o->steps, "Tokens per walk")->check(Range(1, 100000));
+    cmd->add_option("--seed", o->seed, "Walk seed");
+    cmd->add_option("--threads", o->threads, "Threads for the parallel compile column")->check(Range(1u, 256u));
+    cmd->callback([o, &rc] { rc = bench::run_grammar_benchmark(*o); });
   }
 }
 

@@ -1,8 +1,11 @@
 #include "runtime/grammar/matcher.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <thread>
 #include <functional>
-#include <unordered_set>
+#include <unordered_map>
 
 namespace k3::grammar {
 
@@ -11,38 +14,58 @@ namespace k3::grammar {
 std::uint32_t matcher::frames::intern(std::uint32_t node, std::uint32_t parent) {
   const std::uint64_t key = (static_cast<std::uint64_t>(node) << 32) | parent;
   auto [it, fresh] = index.try_emplace(key, static_cast<std::uint32_t>(list.size()));
-  if (fresh) list.push_back({node, parent});
+  if (fresh) {
+    list.push_back({node, parent});
+    approx.push_back(parent == any_ctx || (parent < approx.size() && approx[parent]));
+  }
   return it->second;
 }
 
 void matcher::expand(const grammar& g, frames& fs, std::span<const std::uint32_t> heads, std::vector<config>& cons,
-                     bool& accept, bool& popped_bottom) {
+                     bool& accept, bool& popped_bottom, const std::vector<std::vector<std::uint32_t>>* callers) {
   cons.clear();
   accept = false;
   popped_bottom = false;
+  // Visited frames are stamped rather than kept in a set: expand runs once per trie node while
+  // a cache is built and once per symbol at run time, so it must not allocate.
   thread_local std::vector<std::uint32_t> work;
-  thread_local std::unordered_set<std::uint32_t> seen;
-  thread_local std::unordered_set<std::uint64_t> seen_cons;
+  thread_local std::vector<std::uint32_t> stamp;
+  thread_local std::uint32_t gen = 0;
+  if (++gen == 0) {
+    std::fill(stamp.begin(), stamp.end(), 0);
+    gen = 1;
+  }
   work.assign(heads.begin(), heads.end());
-  seen.clear();
-  seen_cons.clear();
   while (!work.empty()) {
     const auto f = work.back();
     work.pop_back();
-    if (!seen.insert(f).second) continue;
+    if (stamp.size() <= f) stamp.resize(std::max<std::size_t>(f + 1, stamp.size() * 2), 0);
+    if (stamp[f] == gen) continue;
+    stamp[f] = gen;
     const auto fr = fs.list[f];
     for (auto c : g.closure[fr.node]) {
       const auto& nd = g.nodes[c];
-      if (!nd.edges.empty() && seen_cons.insert((static_cast<std::uint64_t>(c) << 32) | fr.parent).second)
-        cons.push_back({c, fr.parent});
+      if (!nd.edges.empty()) {
+        // Duplicates only cost time (step() dedups its heads); a short scan catches the usual ones.
+        bool dup = false;
+        const std::size_t from = cons.size() > 8 ? cons.size() - 8 : 0;
+        for (std::size_t i = from; i < cons.size() && !dup; ++i) dup = cons[i].node == c && cons[i].parent == fr.parent;
+        if (!dup) cons.push_back({c, fr.parent});
+      }
       for (const auto& call : nd.calls) {
         const auto ret = fs.intern(call.ret, fr.parent);
         work.push_back(fs.intern(g.rules[call.rule].start, ret));
       }
       if (nd.accept) {
-        if (fr.parent == no_parent) accept = true;
-        else if (fr.parent == bottom) popped_bottom = true;
-        else work.push_back(fr.parent);
+        if (fr.parent == no_parent) {
+          accept = true;
+        } else if (fr.parent == bottom || fr.parent == any_ctx) {
+          if (fr.parent == bottom) popped_bottom = true;
+          if (callers)
+            for (auto ret : (*callers)[nd.rule]) work.push_back(fs.intern(ret, any_ctx));
+        } else {
+          work.push_back(fr.parent);
+        }
       }
     }
   }
@@ -58,86 +81,273 @@ void matcher::step(const grammar& g, frames& fs, std::span<const config> cons, s
       }
 }
 
+// ---- token sets ----------------------------------------------------------------------------
+
+token_set token_set::from_bits(std::vector<std::uint64_t> bits) {
+  token_set t;
+  std::size_t n = 0;
+  for (auto w : bits) n += static_cast<std::size_t>(__builtin_popcountll(w));
+  if (n == 0) return t;
+  if (n * sizeof(std::int32_t) < bits.size() * sizeof(std::uint64_t)) {
+    t.ids_.reserve(n);
+    for (std::size_t w = 0; w < bits.size(); ++w)
+      for (std::uint64_t x = bits[w]; x; x &= x - 1)
+        t.ids_.push_back(static_cast<std::int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x))));
+  } else {
+    t.bits_ = std::move(bits);
+  }
+  return t;
+}
+
+void token_set::or_into(std::span<std::uint64_t> out) const {
+  if (!bits_.empty()) {
+    const auto n = std::min(out.size(), bits_.size());
+    for (std::size_t w = 0; w < n; ++w) out[w] |= bits_[w];
+    return;
+  }
+  for (auto id : ids_) {
+    const auto w = static_cast<std::size_t>(id) >> 6;
+    if (w < out.size()) out[w] |= std::uint64_t{1} << (id & 63);
+  }
+}
+
+void token_set::or_into(std::span<std::uint64_t> out, std::span<const std::uint64_t> filter) const {
+  if (!bits_.empty()) {
+    const auto n = std::min({out.size(), bits_.size(), filter.size()});
+    for (std::size_t w = 0; w < n; ++w) out[w] |= bits_[w] & filter[w];
+    return;
+  }
+  for (auto id : ids_) {
+    const auto w = static_cast<std::size_t>(id) >> 6;
+    if (w < out.size() && w < filter.size()) out[w] |= filter[w] & (std::uint64_t{1} << (id & 63));
+  }
+}
+
+bool token_set::contains(std::int32_t id) const noexcept {
+  if (id < 0) return false;
+  if (!bits_.empty()) {
+    const auto w = static_cast<std::size_t>(id) >> 6;
+    return w < bits_.size() && ((bits_[w] >> (id & 63)) & 1);
+  }
+  return std::binary_search(ids_.begin(), ids_.end(), id);
+}
+
 // ---- compiled grammar: per-node token caches -----------------------------------------------
+
+struct compiled_grammar::dfa_state_data {
+  std::vector<matcher::config> cons;
+  std::vector<byte_bits> loops; // self-loop byte sets of the exact heads' nodes
+  std::vector<std::uint32_t> loop_rel; // per loops entry: the least rel of the heads looping on it
+  std::uint32_t rel = unreachable;     // least distance of the exact heads to the end of the cache's node rule
+  std::array<std::uint64_t, num_symbols / 64> can{}; // symbols with an edge (a cheap first test)
+  bool exact = false;           // some head is not on any_ctx
+};
+
+struct compiled_grammar::dfa_memo {
+  matcher::frames fs;
+  std::vector<std::uint32_t> rel; // per frame on bottom: distance to the end of the bottom rule (memo)
+  std::vector<dfa_state_data> states;
+  std::unordered_map<std::vector<std::uint32_t>, std::uint32_t, heads_hash> index;
+  // Byte transitions dense (256 per state, `unknown` until computed); specials in a map.
+  static constexpr std::uint32_t unknown = 0xfffffffeu;
+  std::vector<std::uint32_t> bytes;
+  std::unordered_map<std::uint64_t, std::uint32_t> next;
+};
+
+compiled_grammar::~compiled_grammar() = default;
+
 
 compiled_grammar::compiled_grammar(grammar g, std::shared_ptr<const token_vocab> v) : g_(std::move(g)), v_(std::move(v)) {
   if (!g_.finalized()) g_.finalize();
   caches_.resize(g_.nodes.size());
+  callers_.resize(g_.rules.size());
+  for (const auto& nd : g_.nodes)
+    for (const auto& c : nd.calls)
+      if (std::find(callers_[c.rule].begin(), callers_[c.rule].end(), c.ret) == callers_[c.rule].end()) callers_[c.rule].push_back(c.ret);
 }
 
 const compiled_grammar::node_cache& compiled_grammar::cache(std::uint32_t n) const {
   std::lock_guard lock(mu_);
-  if (!caches_[n]) caches_[n] = std::make_unique<node_cache>(compute(n));
+  if (!caches_[n]) {
+    // The memo is bounded: a pathological grammar (many ambiguous paths) restarts it.
+    if (dfa_owner_ && dfa_owner_->states.size() > 8192) dfa_owner_.reset();
+    if (!dfa_owner_) dfa_owner_ = std::make_unique<dfa_memo>();
+    caches_[n] = std::make_unique<node_cache>(compute(n, *dfa_owner_));
+  }
   return *caches_[n];
 }
 
-void compiled_grammar::warm() const {
+void compiled_grammar::warm(unsigned threads) const {
   std::vector<char> head(g_.nodes.size(), 0);
   for (const auto& r : g_.rules) head[r.start] = 1;
   for (const auto& nd : g_.nodes) {
     for (const auto& e : nd.edges) head[e.to] = 1;
     for (const auto& c : nd.calls) head[c.ret] = 1;
   }
-  for (std::uint32_t i = 0; i < head.size(); ++i)
-    if (head[i]) (void)cache(i);
+  std::vector<std::uint32_t> todo;
+  {
+    std::lock_guard lock(mu_);
+    for (std::uint32_t i = 0; i < head.size(); ++i)
+      if (head[i] && !caches_[i]) todo.push_back(i);
+  }
+  // Each worker has its own memo (no sharing, no locking while it walks the trie); results are
+  // stored under the lock, first come first kept (a matcher may have computed one meanwhile).
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    dfa_memo memo;
+    for (auto i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) {
+      if (memo.states.size() > 8192) memo = dfa_memo{};
+      auto c = std::make_unique<node_cache>(compute(todo[i], memo));
+      std::lock_guard lock(mu_);
+      if (!caches_[todo[i]]) caches_[todo[i]] = std::move(c);
+    }
+  };
+  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(todo.size() / 8 + 1)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
-compiled_grammar::node_cache compiled_grammar::compute(std::uint32_t n) const {
+// The cache builder walks the trie over a subset automaton built on demand: a state is a set
+// of head frames (on bottom or any_ctx, so context-free), a transition is one symbol. States and
+// transitions are shared by every node's computation, so a trie node costs one table lookup once
+// the states it passes through are known (string bodies, numbers, UTF-8 sequences: a handful).
+std::uint32_t compiled_grammar::dfa_state(dfa_memo& dfa_, std::vector<std::uint32_t>& heads) const {
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  auto [it, fresh] = dfa_.index.try_emplace(heads, static_cast<std::uint32_t>(dfa_.states.size()));
+  if (!fresh) return it->second;
+  dfa_state_data st;
+  bool accept = false, popped = false;
+  std::vector<matcher::config> cons;
+  matcher::expand(g_, dfa_.fs, heads, cons, accept, popped, &callers_);
+  st.cons = std::move(cons);
+  for (const auto& c : st.cons)
+    for (const auto& e : g_.nodes[c.node].edges)
+      for (unsigned x = e.lo; x <= e.hi; ++x) st.can[x >> 6] |= std::uint64_t{1} << (x & 63);
+  // Distance of an exact frame to the end of the rule that sits on bottom.
+  auto rel_of = [&](auto& self, std::uint32_t f) -> std::uint32_t {
+    if (f == matcher::bottom) return 0;
+    if (dfa_.rel.size() <= f) dfa_.rel.resize(dfa_.fs.list.size(), unreachable + 1);
+    if (dfa_.rel[f] != unreachable + 1) return dfa_.rel[f];
+    const auto fr = dfa_.fs.list[f];
+    const auto below = self(self, fr.parent);
+    const auto d = g_.dist[fr.node];
+    const std::uint32_t r = d >= unreachable || below >= unreachable ? unreachable : d + below;
+    if (dfa_.rel.size() <= f) dfa_.rel.resize(dfa_.fs.list.size(), unreachable + 1);
+    dfa_.rel[f] = r;
+    return r;
+  };
+  for (auto h : heads) {
+    if (dfa_.fs.approx[h]) continue;
+    st.exact = true;
+    const auto r = rel_of(rel_of, h);
+    st.rel = std::min(st.rel, r);
+    const auto& sl = g_.self_loop[dfa_.fs.list[h].node];
+    if (sl == byte_bits{}) continue;
+    const auto at = std::find(st.loops.begin(), st.loops.end(), sl);
+    if (at == st.loops.end()) {
+      st.loops.push_back(sl);
+      st.loop_rel.push_back(r);
+    } else {
+      auto& lr = st.loop_rel[static_cast<std::size_t>(at - st.loops.begin())];
+      lr = std::min(lr, r);
+    }
+  }
+  dfa_.states.push_back(std::move(st));
+  return it->second;
+}
+
+std::uint32_t compiled_grammar::dfa_next(dfa_memo& dfa_, std::uint32_t state, symbol s) const {
+  const std::size_t slot = static_cast<std::size_t>(state) * 256 + s;
+  if (s < 256) {
+    if (dfa_.bytes.size() <= slot) dfa_.bytes.resize(std::max<std::size_t>(static_cast<std::size_t>(state + 1) * 256, dfa_.bytes.size() * 2), dfa_memo::unknown);
+    if (dfa_.bytes[slot] != dfa_memo::unknown) return dfa_.bytes[slot];
+  } else {
+    const std::uint64_t key = (static_cast<std::uint64_t>(state) << 16) | s;
+    if (auto it = dfa_.next.find(key); it != dfa_.next.end()) return it->second;
+  }
+  std::vector<std::uint32_t> heads;
+  matcher::step(g_, dfa_.fs, dfa_.states[state].cons, s, heads);
+  const auto to = heads.empty() ? dead : dfa_state(dfa_, heads);
+  if (s < 256) dfa_.bytes[slot] = to;
+  else dfa_.next.emplace((static_cast<std::uint64_t>(state) << 16) | s, to);
+  return to;
+}
+
+std::size_t compiled_grammar::cache_bytes() const {
+  std::lock_guard lock(mu_);
+  std::size_t b = 0;
+  for (const auto& c : caches_)
+    if (c) b += sizeof(node_cache) + c->accepted.memory_bytes() + c->stay.memory_bytes() + c->uncertain.size() * 4;
+  return b;
+}
+
+compiled_grammar::node_cache compiled_grammar::compute(std::uint32_t n, dfa_memo& dfa_) const {
   const auto& v = *v_;
   const auto& trie = v.trie();
   const auto& ids = v.dfs_ids();
   node_cache out;
-  out.accepted.assign(v.words(), 0);
+  std::vector<std::uint64_t> accepted(v.words(), 0);
   auto accept_range = [&](std::uint32_t lo, std::uint32_t hi) {
     for (auto i = lo; i < hi; ++i) {
       const auto id = static_cast<std::uint32_t>(ids[i]);
-      out.accepted[id >> 6] |= std::uint64_t{1} << (id & 63);
+      accepted[id >> 6] |= std::uint64_t{1} << (id & 63);
     }
   };
-  matcher::frames fs;
-  const std::uint32_t start = fs.intern(n, matcher::bottom);
-  struct level {
-    std::vector<std::uint32_t> heads;
-    std::vector<matcher::config> cons;
+  std::vector<std::uint32_t> start{dfa_.fs.intern(n, matcher::bottom)};
+  const auto s0 = dfa_state(dfa_, start);
+  // Depth-first over the trie. A path that leaves n's rule continues on any_ctx frames (every
+  // caller's continuation): a token that survives only there depends on the real stack
+  // (uncertain); one that dies everywhere is rejected.
+  // Accepted tokens that can leave the distance to completion above n's own (rel > dist[n]),
+  // with by how much: budget steering checks only these when the budget is tight.
+  const auto base = g_.dist[n];
+  auto risky = [&](std::int32_t id, std::uint32_t rel) {
+    if (rel > base) out.risky.emplace_back(id, rel >= unreachable || base >= unreachable ? std::int64_t{unreachable} : std::int64_t{rel} - base);
   };
-  std::vector<level> levels(1);
-  levels[0].heads = {start};
-  // Depth-first over the trie; levels[d] holds the state after d symbols.
-  std::function<void(std::uint32_t, std::size_t, bool)> dfs = [&](std::uint32_t t, std::size_t d, bool unc) {
-    if (levels.size() <= d + 1) levels.resize(d + 2);
-    bool accept = false, popped = false;
-    matcher::expand(g_, fs, levels[d].heads, levels[d].cons, accept, popped);
-    const bool unc_child = unc || popped;
+  auto dfs = [&](auto& self, std::uint32_t t, std::uint32_t st) -> void {
     const auto& tn = trie[t];
+    const auto can = dfa_.states[st].can;
     for (auto c = tn.first_child; c < tn.first_child + tn.num_children; ++c) {
       const auto& cn = trie[c];
-      // A subtree made only of bytes that loop on a head's node is accepted wholesale.
-      bool loops = false;
-      if (!cn.special)
-        for (auto h : levels[d].heads) {
-          const auto& sl = g_.self_loop[fs.list[h].node];
-          if ((cn.bytes[0] & ~sl[0]) == 0 && (cn.bytes[1] & ~sl[1]) == 0 && (cn.bytes[2] & ~sl[2]) == 0 && (cn.bytes[3] & ~sl[3]) == 0) {
-            loops = true;
-            break;
-          }
+      if (!((can[cn.sym >> 6] >> (cn.sym & 63)) & 1)) continue;
+      // A subtree made only of bytes that loop on an exact head's node is accepted wholesale.
+      if (!cn.special) {
+        const auto& ls = dfa_.states[st];
+        std::uint32_t loop_rel = unreachable + 1;
+        for (std::size_t i = 0; i < ls.loops.size(); ++i) {
+          const auto& sl = ls.loops[i];
+          if ((cn.bytes[0] & ~sl[0]) == 0 && (cn.bytes[1] & ~sl[1]) == 0 && (cn.bytes[2] & ~sl[2]) == 0 && (cn.bytes[3] & ~sl[3]) == 0)
+            loop_rel = std::min(loop_rel, ls.loop_rel[i]);
         }
-      if (loops) {
-        accept_range(cn.lo, cn.hi);
-        continue;
+        if (loop_rel != unreachable + 1) {
+          accept_range(cn.lo, cn.hi);
+          if (loop_rel > base)
+            for (auto i = cn.lo; i < cn.hi; ++i) risky(ids[i], loop_rel);
+          continue;
+        }
       }
-      matcher::step(g_, fs, levels[d].cons, cn.sym, levels[d + 1].heads);
-      if (levels[d + 1].heads.empty()) {
-        if (unc_child) out.uncertain.insert(out.uncertain.end(), ids.begin() + cn.lo, ids.begin() + cn.hi);
-        continue;
+      const auto to = dfa_next(dfa_, st, cn.sym);
+      if (to == dead) continue;
+      if (cn.token >= 0) {
+        if (dfa_.states[to].exact) {
+          accepted[static_cast<std::uint32_t>(cn.token) >> 6] |= std::uint64_t{1} << (cn.token & 63);
+          risky(cn.token, dfa_.states[to].rel);
+        } else {
+          out.uncertain.push_back(cn.token);
+        }
       }
-      if (cn.token >= 0) out.accepted[static_cast<std::uint32_t>(cn.token) >> 6] |= std::uint64_t{1} << (cn.token & 63);
-      dfs(c, d + 1, unc_child);
+      self(self, c, to);
     }
   };
-  dfs(0, 0, false);
+  dfs(dfs, 0, s0);
+  std::sort(out.risky.begin(), out.risky.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  out.risky.shrink_to_fit();
   // Tokens made only of the node's self-loop bytes keep the state exactly (budget steering
   // decides them without stepping).
-  out.stay.assign(v.words(), 0);
+  std::vector<std::uint64_t> stay(v.words(), 0);
   const auto& sl = g_.self_loop[n];
   if (sl != byte_bits{}) {
     std::function<void(std::uint32_t)> mark = [&](std::uint32_t t) {
@@ -149,16 +359,18 @@ compiled_grammar::node_cache compiled_grammar::compute(std::uint32_t n) const {
             (cn.bytes[3] & ~sl[3]) == 0) {
           for (auto i = cn.lo; i < cn.hi; ++i) {
             const auto id = static_cast<std::uint32_t>(ids[i]);
-            out.stay[id >> 6] |= std::uint64_t{1} << (id & 63);
+            stay[id >> 6] |= std::uint64_t{1} << (id & 63);
           }
           continue;
         }
-        if (cn.token >= 0) out.stay[static_cast<std::uint32_t>(cn.token) >> 6] |= std::uint64_t{1} << (cn.token & 63);
+        if (cn.token >= 0) stay[static_cast<std::uint32_t>(cn.token) >> 6] |= std::uint64_t{1} << (cn.token & 63);
         mark(c);
       }
     };
     mark(0);
   }
+  out.accepted = token_set::from_bits(std::move(accepted));
+  out.stay = token_set::from_bits(std::move(stay));
   return out;
 }
 
@@ -244,13 +456,17 @@ void matcher::fill_mask(std::span<std::uint64_t> mask, std::int64_t budget_left)
   if (budget_left < 0) return;
   // Budget steering: keep only tokens after which the shortest completion still fits in the
   // tokens left (dist(after) ≤ budget − 1). One token can push it far (a marker that opens
-  // another call), so every allowed token is checked — cheaply: a token that stays on a head's
-  // node (self-loop bytes) leaves that head's distance unchanged; only the others are stepped.
-  // If nothing fits, the tokens that come closest are kept (max_tokens then cuts a best effort).
+  // another call), so no allowed token is kept unchecked: each is either covered by a bound
+  // (below) or stepped. If nothing fits, the tokens that come closest are kept (max_tokens then cuts a best effort).
   const auto here = distance();
   if (here == unreachable) return;
   const std::int64_t limit = budget_left - 1;
+  // A token a head's cache accepts context-free leaves at most that head's distance plus its
+  // recorded growth (0 for all but the cache's `risky` tokens): when that fits, the token is
+  // kept without stepping — every accepted token, far from the budget. Only tokens no bound
+  // covers are stepped one by one.
   std::vector<std::uint64_t> keep(mask.size(), 0);
+  std::vector<std::uint64_t> skip; // tokens known to end exactly at `here` > limit (no use stepping)
   {
     std::vector<std::uint32_t> one(1);
     std::vector<config> cons;
@@ -261,42 +477,83 @@ void matcher::fill_mask(std::span<std::uint64_t> mask, std::int64_t budget_left)
       std::uint32_t dh = acc ? 0 : unreachable;
       for (const auto& c : cons)
         if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) dh = std::min(dh, g.dist[c.node] + chain(c.parent));
-      if (static_cast<std::int64_t>(dh) > limit) continue;
-      const auto& st = g_->cache(fs_.list[h].node).stay;
-      for (std::size_t w = 0; w < keep.size() && w < st.size(); ++w) keep[w] |= st[w] & mask[w];
+      const auto& cache = g_->cache(fs_.list[h].node);
+      if (static_cast<std::int64_t>(dh) > limit) {
+        // With one head, a self-loop token leaves the distance where it is: neither fits nor
+        // comes closer.
+        if (heads_.size() == 1) {
+          skip.assign(mask.size(), 0);
+          cache.stay.or_into(skip);
+        }
+        continue;
+      }
+      // Safe: every accepted token but the risky ones whose growth exceeds the slack (those
+      // are stepped below unless another head covers them).
+      const std::int64_t slack = limit - static_cast<std::int64_t>(dh);
+      if (cache.risky.empty() || cache.risky.front().second <= slack) {
+        cache.accepted.or_into(keep, mask);
+        continue;
+      }
+      std::vector<std::uint64_t> mine(mask.size(), 0);
+      cache.accepted.or_into(mine, mask);
+      for (const auto& [id, grow] : cache.risky) {
+        if (grow <= slack) break; // sorted by growth, largest first
+        mine[static_cast<std::uint32_t>(id) >> 6] &= ~(std::uint64_t{1} << (id & 63));
+      }
+      for (std::size_t w = 0; w < keep.size(); ++w) keep[w] |= mine[w];
     }
   }
-  std::vector<std::uint32_t> heads;
-  std::vector<config> cons;
+  // The tokens no bound covers are stepped in trie order, so tokens sharing a prefix share its
+  // steps (levels[d] holds the state after d symbols of the previous token).
+  std::vector<std::int32_t> todo;
+  for (std::size_t w = 0; w < mask.size(); ++w)
+    for (std::uint64_t x = mask[w] & ~keep[w] & ~(w < skip.size() ? skip[w] : 0); x; x &= x - 1)
+      todo.push_back(static_cast<std::int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x))));
+  std::sort(todo.begin(), todo.end(), [&](std::int32_t a, std::int32_t b) { return v.dfs_pos(a) < v.dfs_pos(b); });
+  bool any = std::any_of(keep.begin(), keep.end(), [](std::uint64_t w) { return w != 0; });
   std::vector<std::pair<std::int32_t, std::uint32_t>> closest;
   std::uint32_t best = unreachable;
-  bool any = false;
-  for (std::size_t w = 0; w < mask.size(); ++w) {
-    any = any || keep[w];
-    for (std::uint64_t x = mask[w] & ~keep[w]; x; x &= x - 1) {
-      const auto id = static_cast<std::int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x)));
-      cons = cons_;
-      bool ok = true, acc = false, popped = false;
-      for (auto sym : v.symbols(id)) {
-        step(g, fs_, cons, sym, heads);
-        if (heads.empty()) {
+  struct level {
+    std::vector<std::uint32_t> heads;
+    std::vector<config> cons;
+    bool acc = false;
+  };
+  std::vector<level> lv(1);
+  lv[0].cons = cons_;
+  lv[0].acc = accepting_;
+  std::span<const symbol> prev;
+  std::size_t alive = 0;
+  for (const auto id : todo) {
+    const auto syms = v.symbols(id);
+    std::size_t lcp = 0;
+    while (lcp < prev.size() && lcp < syms.size() && prev[lcp] == syms[lcp]) ++lcp;
+    std::size_t d = std::min(lcp, alive);
+    bool ok = d == lcp;
+    if (ok)
+      for (; d < syms.size(); ++d) {
+        if (lv.size() <= d + 1) lv.resize(d + 2);
+        step(g, fs_, lv[d].cons, syms[d], lv[d + 1].heads);
+        if (lv[d + 1].heads.empty()) {
           ok = false;
           break;
         }
-        expand(g, fs_, heads, cons, acc, popped);
+        bool popped = false;
+        expand(g, fs_, lv[d + 1].heads, lv[d + 1].cons, lv[d + 1].acc, popped);
       }
-      if (!ok) continue;
-      std::uint32_t d = acc ? 0 : unreachable;
-      for (const auto& c : cons)
-        if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) d = std::min(d, g.dist[c.node] + chain(c.parent));
-      if (static_cast<std::int64_t>(d) <= limit) {
-        keep[w] |= std::uint64_t{1} << (id & 63);
-        any = true;
-      } else if (d <= best) {
-        if (d < best) closest.clear();
-        best = d;
-        closest.emplace_back(id, d);
-      }
+    alive = ok ? syms.size() : d;
+    prev = syms;
+    if (!ok) continue;
+    const auto& end = lv[syms.size()];
+    std::uint32_t dist_after = end.acc ? 0 : unreachable;
+    for (const auto& c : end.cons)
+      if (g.dist[c.node] < unreachable && chain(c.parent) < unreachable) dist_after = std::min(dist_after, g.dist[c.node] + chain(c.parent));
+    if (static_cast<std::int64_t>(dist_after) <= limit) {
+      keep[static_cast<std::uint32_t>(id) >> 6] |= std::uint64_t{1} << (id & 63);
+      any = true;
+    } else if (dist_after <= best) {
+      if (dist_after < best) closest.clear();
+      best = dist_after;
+      closest.emplace_back(id, dist_after);
     }
   }
   if (any) {
@@ -316,7 +573,7 @@ void matcher::fill_free(std::span<std::uint64_t> mask) const {
   std::vector<std::vector<config>> lcons;
   for (auto h : heads_) {
     const auto& c = g_->cache(fs_.list[h].node);
-    for (std::size_t w = 0; w < mask.size() && w < c.accepted.size(); ++w) mask[w] |= c.accepted[w];
+    c.accepted.or_into(mask);
     if (c.uncertain.empty()) continue;
     // The context-dependent tokens against the real stack, sharing work across common prefixes
     // (the list is in trie order).

@@ -1,5 +1,8 @@
 #include "runtime/grammar/output_grammar.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include <list>
 #include <map>
 #include <mutex>
@@ -181,6 +184,13 @@ bool constrains(const output_spec& s) {
   return false;
 }
 
+std::shared_ptr<const compiled_grammar> compile_output_grammar(const output_spec& s, const tok::kimi_tokenizer& t, std::int32_t model_vocab,
+                                                                unsigned threads) {
+  auto g = std::make_shared<const compiled_grammar>(build(s, t), token_vocab::get(t, model_vocab));
+  g->warm(threads);
+  return g;
+}
+
 std::shared_ptr<const compiled_grammar> output_grammar(const output_spec& s, const tok::kimi_tokenizer& t, std::int32_t model_vocab) {
   static std::mutex mu;
   static std::list<std::pair<std::string, std::shared_ptr<const compiled_grammar>>> lru;
@@ -194,7 +204,10 @@ std::shared_ptr<const compiled_grammar> output_grammar(const output_spec& s, con
         return it->second;
       }
   }
-  auto g = std::make_shared<const compiled_grammar>(build(s, t), token_vocab::get(t, model_vocab));
+  // Every token cache is computed now, in parallel, so no decode step pays for a cold one (the
+  // cache keeps them for the next turn of the same agent).
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+  auto g = compile_output_grammar(s, t, model_vocab, threads);
   std::lock_guard lock(mu);
   lru.emplace_front(key, g);
   if (lru.size() > capacity) lru.pop_back();

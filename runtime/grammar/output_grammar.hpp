@@ -64,8 +64,14 @@ struct output_spec {
 /// True when the spec constrains anything (otherwise decoding stays free).
 [[nodiscard]] bool constrains(const output_spec& s);
 
-/// Compiles (or takes from the cache) the grammar of `s` for this tokenizer. Throws
-/// schema_error (naming keyword and path) for what cannot be enforced.
+/// Compiles the grammar of `s` for this tokenizer and computes every token cache on `threads`
+/// threads (no compile cache). Throws schema_error (naming keyword and path) for what cannot be
+/// enforced.
+[[nodiscard]] std::shared_ptr<const compiled_grammar> compile_output_grammar(const output_spec& s, const tok::kimi_tokenizer& t,
+                                                                             std::int32_t model_vocab, unsigned threads);
+
+/// compile_output_grammar through a cache keyed by the specification (on half the cores, at most
+/// 8). Throws schema_error like it.
 [[nodiscard]] std::shared_ptr<const compiled_grammar> output_grammar(const output_spec& s, const tok::kimi_tokenizer& t,
                                                                      std::int32_t model_vocab);
 

@@ -92,6 +92,8 @@ token_vocab::token_vocab(const tok::kimi_tokenizer& t, std::int32_t model_vocab)
     trie_[i].hi = static_cast<std::uint32_t>(dfs_ids_.size());
   };
   walk(0);
+  dfs_pos_.assign(static_cast<std::size_t>(size_), -1);
+  for (std::size_t i = 0; i < dfs_ids_.size(); ++i) dfs_pos_[static_cast<std::size_t>(dfs_ids_[i])] = static_cast<std::int32_t>(i);
 }
 
 std::shared_ptr<const token_vocab> token_vocab::get(const tok::kimi_tokenizer& t, std::int32_t model_vocab) {

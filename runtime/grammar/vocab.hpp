@@ -48,6 +48,8 @@ public:
   };
   [[nodiscard]] const std::vector<trie_node>& trie() const noexcept { return trie_; }
   [[nodiscard]] const std::vector<std::int32_t>& dfs_ids() const noexcept { return dfs_ids_; }
+  /// Position of each token id in dfs_ids() (trie order), or -1 for ids outside the trie.
+  [[nodiscard]] std::int32_t dfs_pos(std::int32_t id) const noexcept { return dfs_pos_[static_cast<std::size_t>(id)]; }
 
 private:
   std::int32_t size_ = 0;
@@ -57,6 +59,7 @@ private:
   std::array<std::int32_t, num_symbols> single_{};
   std::vector<trie_node> trie_;
   std::vector<std::int32_t> dfs_ids_;
+  std::vector<std::int32_t> dfs_pos_;
 };
 
 } // namespace k3::grammar

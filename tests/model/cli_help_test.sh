@@ -14,7 +14,7 @@ ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 
 cmds=("serve" "run" "make-model" "sim" "shard" "tokenize" "render" "version" "bench" "bench kernels" "bench model" "bench engine"
-      "bench sim" "bench cuda" "bench serve" "bench tokenizer")
+      "bench sim" "bench cuda" "bench serve" "bench tokenizer" "bench grammar")
 for c in "${cmds[@]}"; do
   # shellcheck disable=SC2086
   if "$K3" $c --help >"$D/h" 2>&1 && grep -q "Usage: k3 $c" "$D/h"; then ok "k3 $c --help"; else bad "k3 $c --help"; cat "$D/h"; fi

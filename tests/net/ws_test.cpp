@@ -65,3 +65,49 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   CHECK(got["bad"][0].find("error")->find("param")->s == "temperature");
   ws.close(websocket::close_code::normal);
 }
+
+#include "tests/net/http_client.hpp"
+
+TEST_CASE("server: tool-call arguments stream over WebSocket and equal the non-streamed HTTP arguments", "[net]") {
+  test::temp_dir d("ws_tools");
+  model::make_model({}, d.str());
+  test::child_process srv({K3_BINARY, "serve", "--model", d.str(), "--port", "0", "--max-model-len", "2048",
+                           "--kv-cache-memory", "67108864"});
+  const int port = srv.port_after("127.0.0.1");
+  REQUIRE(port > 0);
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"go"}],"tools":[{"type":"function","function":{"name":"f","parameters":)"
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":20},"n":{"type":"integer"}},"required":["s","n"],)"
+      R"("additionalProperties":false}}}],"tool_choice":"required","temperature":1,"seed":11,"max_tokens":300,"thinking":{"type":"disabled"}})";
+  const auto plain = json::parse(test::http_request(port, "POST", "/v1/chat/completions", body).body);
+  const auto& calls = plain.find("choices")->items[0].find("message")->find("tool_calls")->items;
+  REQUIRE(!calls.empty());
+  boost::asio::io_context ioc;
+  tcp::resolver res(ioc);
+  websocket::stream<tcp::socket> ws(ioc);
+  boost::asio::connect(ws.next_layer(), res.resolve("127.0.0.1", std::to_string(port)));
+  ws.handshake("127.0.0.1", "/v1/ws");
+  const std::string msg = R"({"type":"chat.completions","id":"t","body":)" + body + "}";
+  ws.write(boost::asio::buffer(msg));
+  std::vector<std::string> args;
+  int deltas = 0;
+  for (;;) {
+    beast::flat_buffer buf;
+    ws.read(buf);
+    const auto v = json::parse(beast::buffers_to_string(buf.data()));
+    if (v.find("done")) break;
+    const auto* ch = v.find("choices");
+    if (!ch || ch->items.empty()) continue;
+    if (const auto* tc = ch->items[0].find("delta")->find("tool_calls"))
+      for (const auto& c : tc->items) {
+        const auto idx = std::stoul(c.find("index")->s);
+        if (idx >= args.size()) args.resize(idx + 1);
+        if (const auto* a = c.find("function")->find("arguments")) args[idx] += a->s;
+        ++deltas;
+      }
+  }
+  REQUIRE(args.size() == calls.size());
+  for (std::size_t i = 0; i < args.size(); ++i) CHECK(args[i] == calls[i].find("function")->find("arguments")->s);
+  CHECK(deltas > static_cast<int>(calls.size())); // arguments arrived in pieces, not whole calls
+  ws.close(websocket::close_code::normal);
+}

@@ -209,6 +209,56 @@ TEST_CASE("grammar: masks equal the matcher's own verdict on every token", "[gra
   }
 }
 
+// Recursive grammars exercise the caches' "any caller" context (tokens that leave a rule), and
+// budget steering relies on each cache's growth bounds: both must agree with stepping the
+// matcher token by token.
+TEST_CASE("grammar: masks and budget steering equal stepping every token, recursive grammars", "[grammar][mask]") {
+  const std::vector<std::string> schemas = {
+      R"({"$defs":{"n":{"type":"object","properties":{"v":{"anyOf":[{"type":"number"},{"type":"null"}]},"k":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["k"],"additionalProperties":false}},"$ref":"#/$defs/n"})",
+      R"(true)",
+      R"({"type":"object","properties":{"s":{"type":"string"},"e":{"enum":["x\"y",2]}},"required":["s","e"],"additionalProperties":false})",
+  };
+  for (std::size_t i = 0; i < schemas.size(); ++i) {
+    const auto g = fx().schema(schemas[i]);
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      std::mt19937_64 rng(seed * 31 + i);
+      matcher m(g);
+      std::vector<std::uint64_t> free_mask(g->vocab().words()), mask(g->vocab().words());
+      const std::int64_t total = 48;
+      for (std::int64_t step = 0; step < total && !m.terminated(); ++step) {
+        const std::int64_t budget = total - step;
+        m.fill_mask(free_mask);
+        m.fill_mask(mask, budget);
+        std::vector<std::int32_t> fits, kept;
+        for (std::int32_t id = 0; id < g->vocab().size(); ++id) {
+          const bool free_bit = (free_mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+          const bool bit = (mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+          INFO("schema " << i << " seed " << seed << " step " << step << " token " << id);
+          REQUIRE(free_bit == m.allows(id));
+          if (bit) {
+            REQUIRE(free_bit);
+            kept.push_back(id);
+          }
+          if (!free_bit) continue;
+          matcher after = m;
+          REQUIRE(after.accept_token(id));
+          if (static_cast<std::int64_t>(after.distance()) <= budget - 1) fits.push_back(id);
+        }
+        INFO("schema " << i << " seed " << seed << " step " << step << " distance " << m.distance() << " budget " << budget);
+        INFO("fits " << [&] {
+          std::string o;
+          for (auto id : fits) o += "'" + fx().tok->decode(std::vector<std::int32_t>{id}) + "' ";
+          return o;
+        }());
+        REQUIRE(!kept.empty());
+        if (!fits.empty()) REQUIRE(kept == fits); // exactly the tokens that still fit
+        REQUIRE(m.accept_token(kept[rng() % kept.size()]));
+      }
+      CHECK(m.accepting());
+    }
+  }
+}
+
 TEST_CASE("grammar: every schema feature, random walks validate", "[grammar][schema]") {
   const std::vector<std::string> schemas = {
       R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":["integer","null"]},"c":{"type":"boolean"}},"required":["a","c"],"additionalProperties":false})",
