@@ -3,6 +3,8 @@
 #include <cfloat>
 #include <climits>
 
+#include <math_constants.h>
+
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/mxfp4_device.cuh"
 
@@ -137,6 +139,17 @@ __global__ void gather_kernel(const float* __restrict__ x, int n, const std::int
   out[i] = x[static_cast<long long>(rows[r]) * n + c];
 }
 
+__global__ void bitmask_kernel(float* __restrict__ logits, int vocab, const std::uint64_t* __restrict__ masks, int words,
+                               const std::int32_t* __restrict__ rows, long long total) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const long long r = i / vocab;
+  const int v = static_cast<int>(i % vocab);
+  const int w = v >> 6;
+  const bool allowed = w < words && ((masks[r * words + w] >> (v & 63)) & 1);
+  if (!allowed) logits[static_cast<long long>(rows[r]) * vocab + v] = -CUDART_INF_F;
+}
+
 __global__ void local_ids_kernel(std::int32_t* ids, long long n, int first, int last) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -145,6 +158,15 @@ __global__ void local_ids_kernel(std::int32_t* ids, long long n, int first, int 
 }
 
 } // namespace
+
+status apply_token_bitmask(float* logits, int vocab, const std::uint64_t* masks, int words, const std::int32_t* rows, int out_rows,
+                           cudaStream_t s) {
+  const long long total = static_cast<long long>(out_rows) * vocab;
+  if (total <= 0) return {};
+  bitmask_kernel<<<blocks(total), kThreads, 0, s>>>(logits, vocab, masks, words, rows, total);
+  K3_CUDA_TRY(cudaGetLastError());
+  return {};
+}
 
 status local_expert_ids(std::int32_t* ids, long long n, int first, int last, cudaStream_t s) {
   if (first < 0 || last < first) return {false, "local_expert_ids: need 0 <= first <= last"};

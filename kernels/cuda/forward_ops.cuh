@@ -17,6 +17,9 @@
 //   argmax_rows    per row the lowest index of the maximum (greedy sampling on the device) and,
 //                  if logprob is not null, its raw log-probability −log Σ exp(x − max)
 //   gather_rows    out[r] = x[rows[r]]
+//   apply_token_bitmask  constrained decoding: logits[rows[r]][v] = −inf where bit v of mask row
+//                  r is 0 (masks: [out_rows, words] 64-bit words, bit v = word v/64, bit v%64;
+//                  ids past words·64 are masked), the device twin of engine::apply_token_mask
 //   local_expert_ids  expert parallelism: ids in [first, last) → id − first, others → last − first
 //                  (the moe kernels' "another rank's expert" id)
 #include <cstdint>
@@ -47,6 +50,8 @@ status attnres_mix(const float* bank, long long bank_stride, int nb, const float
 
 status argmax_rows(const float* logits, int rows, int vocab, std::int32_t* ids, float* logprob, cudaStream_t stream);
 status gather_rows(const float* x, int n, const std::int32_t* rows, int out_rows, float* out, cudaStream_t stream);
+status apply_token_bitmask(float* logits, int vocab, const std::uint64_t* masks, int words, const std::int32_t* rows, int out_rows,
+                           cudaStream_t stream);
 status local_expert_ids(std::int32_t* ids, long long n, int first, int last, cudaStream_t stream);
 
 } // namespace k3::cuda

@@ -1,5 +1,6 @@
 #include "runtime/cuda/cuda_executor.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -76,11 +77,44 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
     std::vector<std::int32_t> dev_rows;
     std::vector<cuda::sample_params> dev_params;
     std::size_t host_rows = 0;
+    // Grammar masks: filled on the host while the step's kernels run, then applied on the device
+    // (a bitmask per constrained row, −inf where a token is not allowed) before any sampling, so
+    // a constrained row samples wherever its parameters say — greedy and plain sampling stay on
+    // the device; host rows get the same mask on the host.
+    std::vector<std::vector<std::uint64_t>> masks;
+    bool constrained = false;
+    for (const auto& e : plan.entries) constrained = constrained || (e.sample && e.matcher);
+    if (constrained) {
+      masks = engine::compute_masks(plan);
+      std::vector<std::int32_t> rows;
+      std::size_t words = 0;
+      for (std::size_t i = 0; i < E; ++i)
+        if (!masks[i].empty()) {
+          rows.push_back(static_cast<std::int32_t>(i));
+          words = std::max(words, masks[i].size());
+        }
+      const std::size_t need = rows.size() * (words * 8 + 4);
+      if (need > mask_cap_) {
+        mask_host_ = pinned_alloc(need * 2, "cudaMallocHost(token masks)");
+        mask_dev_ = device_alloc(need * 2, "cudaMalloc(token masks)");
+        mask_cap_ = need * 2;
+      }
+      auto* mh = static_cast<std::uint64_t*>(mask_host_.get());
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        const auto& m = masks[static_cast<std::size_t>(rows[k])];
+        std::memcpy(mh + k * words, m.data(), m.size() * 8);
+        std::memset(mh + k * words + m.size(), 0, (words - m.size()) * 8);
+      }
+      std::memcpy(mh + rows.size() * words, rows.data(), rows.size() * 4);
+      check(cudaMemcpyAsync(mask_dev_.get(), mask_host_.get(), need, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync(token masks)");
+      const auto* md = static_cast<const std::uint64_t*>(mask_dev_.get());
+      check(cuda::apply_token_bitmask(m_.logits(), static_cast<int>(vocab), md, static_cast<int>(words),
+                                      reinterpret_cast<const std::int32_t*>(md + rows.size() * words), static_cast<int>(rows.size()), s));
+    }
     for (std::size_t i = 0; i < E; ++i) {
       const auto& e = plan.entries[i];
       if (!e.sample) continue;
-      // Constrained rows go to the host sampler behind their grammar mask.
-      kind[i] = e.matcher ? row_kind::host : classify(e.sampler->parameters());
+      kind[i] = classify(e.sampler->parameters());
       if (kind[i] == row_kind::host) ++host_rows;
       if (kind[i] == row_kind::device_sampled) {
         const auto& sp = e.sampler->parameters();
@@ -129,7 +163,6 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
       rows_host_ = pinned_alloc(host_rows * vocab * 4, "cudaMallocHost(logits rows)");
       rows_cap_ = host_rows;
     }
-    std::vector<std::vector<std::uint64_t>> masks;
     std::size_t k = 0;
     for (std::size_t i = 0; i < E; ++i) {
       if (kind[i] != row_kind::host) continue;
@@ -164,10 +197,9 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
       case row_kind::host: {
         const float* row = static_cast<const float*>(rows_host_.get()) + k++ * vocab;
         row_.assign(row, row + vocab);
-        if (plan.entries[i].matcher) {
-          if (masks.empty()) masks = engine::compute_masks(plan);
-          engine::apply_token_mask(row_, masks[i]);
-        }
+        // The device already masked this row; the host pass keeps the CPU sampler's contract
+        // explicit (and costs one pass over the row).
+        if (!masks.empty() && !masks[i].empty()) engine::apply_token_mask(row_, masks[i]);
         auto res = plan.entries[i].sampler->sample(row_);
         r.tokens.push_back(res.token);
         r.logprobs.push_back(res.logprob);

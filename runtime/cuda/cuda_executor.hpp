@@ -12,6 +12,11 @@
 //                                                   memory and sampled by the request's own
 //                                                   sampler (identical semantics to the CPU)
 //
+// Grammar-constrained rows (structured outputs) are masked first: the masks are filled on the
+// host while the forward kernels run, copied up, and applied to the logits on the device
+// (apply_token_bitmask, −inf for disallowed ids), so they then take whichever path above their
+// sampling parameters pick.
+//
 // and waits for the stream once (cudaStreamSynchronize on the actor's own thread: the step's
 // reply message is the completion signal). CUDA and validation errors become
 // step_result::error = internal with the message (the scheduler fails the step's requests;
@@ -56,7 +61,8 @@ private:
   bool tp_lead_only_ = false; ///< part of a TP group: positions come from the plan
   std::shared_ptr<void> ids_dev_, ids_host_; // argmax ids + logprobs [rows] (device / pinned)
   std::shared_ptr<void> rows_host_;          // pinned logits rows for host sampling
-  std::size_t ids_cap_ = 0, rows_cap_ = 0;
+  std::size_t ids_cap_ = 0, rows_cap_ = 0, mask_cap_ = 0;
+  std::shared_ptr<void> mask_host_, mask_dev_; // token bitmasks [rows, words] then the row ids
   std::unique_ptr<cuda::sample_workspace> sample_ws_; // device sampling (temperature / top-k / top-p / min-p)
   std::shared_ptr<void> sample_mem_, samp_host_, samp_dev_;
   std::vector<float> row_;

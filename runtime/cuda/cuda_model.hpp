@@ -92,6 +92,8 @@ public:
   /// advanced); `advance` = false leaves pos alone (every rank but the first).
   void step(std::span<const model::batch_entry> batch, std::span<const std::int64_t> positions = {}, bool advance = true);
   [[nodiscard]] const float* logits() const noexcept { return logits_; }
+  /// Writable: the executor masks constrained rows in place before sampling.
+  [[nodiscard]] float* logits() noexcept { return logits_; }
   /// Token rows routed to each expert, summed over MoE layers, up to the last synchronised step
   /// (call after the stream has finished the step: the executor does).
   void collect_expert_counts();

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <limits>
+#include <random>
 
 #include "kernels/common/bf16.hpp"
 #include "kernels/cuda/forward_ops.cuh"
@@ -112,6 +114,24 @@ TEST_CASE("cuda forward glue kernels match the CPU steps", "[gpu][ops]") {
     REQUIRE(k3::cuda::gather_rows(o.put(logits), vocab, o.put(pick), 3, gathered, nullptr).ok);
     const auto gh = to_host(gathered, pick.size() * vocab);
     CHECK(std::memcmp(gh.data() + vocab, logits.data(), vocab * 4) == 0);
+  }
+  SECTION("apply_token_bitmask equals the host mask on the chosen rows, others untouched") {
+    const int rows = 4, vocab = 200; // not a multiple of 64: the last word is partial
+    const int words = (vocab + 63) / 64;
+    const auto logits = r.normals(std::size_t(rows) * vocab);
+    const std::vector<std::int32_t> pick = {2, 0};
+    std::vector<std::uint64_t> masks(pick.size() * words);
+    std::mt19937_64 bits(5);
+    for (auto& w : masks) w = bits() & bits(); // ~1/4 of the ids allowed
+    float* dl = o.put(logits);
+    REQUIRE(k3::cuda::apply_token_bitmask(dl, vocab, o.put(masks), words, o.put(pick), 2, nullptr).ok);
+    const auto got = to_host(dl, logits.size());
+    std::vector<float> want = logits;
+    for (std::size_t k = 0; k < pick.size(); ++k)
+      for (int v = 0; v < vocab; ++v)
+        if (!((masks[k * words + std::size_t(v / 64)] >> (v % 64)) & 1))
+          want[std::size_t(pick[k]) * vocab + std::size_t(v)] = -std::numeric_limits<float>::infinity();
+    REQUIRE(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
   }
   SECTION("rms_norm_strided over the latent part of cache rows") {
     const int rows = 5, n = 48, ld = 64;
