@@ -23,8 +23,10 @@ build: configure
 
 # Independent implementations the tests compare against (npm; never needed to build or serve).
 test-peers: deps
+	@bash scripts/install-deps.sh --test-browser
 	@if [ ! -d tests/node/node_modules/js-tiktoken ] || [ ! -d tests/node/node_modules/openai ] || \
-	    [ ! -d tests/node/node_modules/@huggingface/jinja ] || [ ! -d tests/node/node_modules/ajv-formats ]; then \
+	    [ ! -d tests/node/node_modules/@huggingface/jinja ] || [ ! -d tests/node/node_modules/ajv-formats ] || \
+	    [ ! -d tests/node/node_modules/puppeteer-core ]; then \
 	  echo "installing test peers (npm)"; \
 	  npm install --prefix tests/node --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null; \
 	fi

@@ -46,6 +46,13 @@ void add_server_options(CLI::App& app, server_config& c) {
       ->check(Range(0.0, 86400.0))
       ->group(srv_g);
   add_bool(app, "--null-executor", c.null_executor, "Zero-cost model steps (measures the server's own ceiling)")->group(srv_g);
+  add_bool(app, "--no-ui", c.no_ui, "Serve no web page at / (the API only)")->group(srv_g);
+  app.add_option("--allowed-origins", c.allowed_origins,
+                 "Origins allowed to call the API from a browser (CORS, comma-separated, or *); default: CORS off")
+      ->delimiter(',')
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(srv_g);
 
   app.add_option("--max-model-len,--context-length", c.max_model_len,
                  "Context length in tokens (auto or 0: min(config, 32768))")
@@ -182,6 +189,14 @@ std::string server_config::validate_portable() const {
 
 std::string server_config::validate() const {
   const bool cuda = device.rfind("cuda", 0) == 0;
+  // An origin is what browsers send: scheme://host[:port], no path, no trailing slash.
+  for (const auto& o : allowed_origins) {
+    if (o == "*") continue;
+    const auto sep = o.find("://");
+    const bool ok = sep != std::string::npos && sep > 0 && o.size() > sep + 3 && o.find('/', sep + 3) == std::string::npos &&
+                    o.find_first_of(" \t,") == std::string::npos;
+    if (!ok) return "--allowed-origins " + o + " is not an origin (scheme://host[:port], e.g. http://localhost:3000, or *)";
+  }
   if (device != "cpu" && device != "cuda" &&
       !(device.size() > 5 && device.rfind("cuda:", 0) == 0 && device.find_first_not_of("0123456789", 5) == std::string::npos))
     return "--device " + device + " is not supported (cpu, cuda or cuda:N)";

@@ -57,6 +57,8 @@ struct server_config {
   double body_timeout = 60;          ///< --body-timeout seconds to receive a request's body
   double write_timeout = 30;         ///< --write-timeout seconds a client may leave one write unread
   bool null_executor = false;        ///< --null-executor: zero-cost steps (server ceiling benchmark)
+  bool no_ui = false;                ///< --no-ui: no web page at / (404, as the API alone)
+  std::vector<std::string> allowed_origins; ///< --allowed-origins: CORS for these origins (`*`: any); empty: CORS off
   std::string device = "cpu";        ///< --device cpu|cuda|cuda:N (CUDA builds: the model on that GPU)
   std::string cache_dir;             ///< --cache-dir for the demo checkpoint (default ~/.cache/k3serve)
   std::string simulate;              ///< --simulate PLAN: placeholder tokens at the pace `k3 sim` models for PLAN

@@ -11,6 +11,7 @@
 
 #include "net/http_internal.hpp"
 #include "net/routes.hpp"
+#include "net/web_assets.hpp"
 
 namespace k3::net {
 namespace {
@@ -82,9 +83,13 @@ private:
     stream_.expires_never();
     req_ = parser_->release();
     keep_alive_ = req_.keep_alive();
+    cors_origin_ = cors_allow_origin(std::string(req_[http::field::origin]), core_.cfg.allowed_origins);
     if (websocket::is_upgrade(req_)) {
       const auto m = match_route(std::string(http::to_string(req_.method())), std::string(req_.target()), true);
       if (m.status) return reply_error(api_error(m.status, m.message, "", "not_found"));
+      if (!websocket_origin_allowed(std::string(req_[http::field::origin]), std::string(req_[http::field::host]), core_.cfg.allowed_origins))
+        return reply_error(api_error(403, "WebSocket from origin " + std::string(req_[http::field::origin]) +
+                                              " refused (same-origin pages, or origins in --allowed-origins)", "", "forbidden_origin"));
       if (!core_.authorized(std::string(req_[http::field::authorization])))
         return reply_error(api_error(401, "Missing or invalid API key.", "", "invalid_api_key"));
       start_ws_session(stream_.release_socket(), core_, std::move(slot_), std::move(req_));
@@ -101,7 +106,22 @@ private:
 
   // ---- routing ---------------------------------------------------------------------------
   void route() {
-    const auto m = match_route(std::string(http::to_string(req_.method())), std::string(req_.target()));
+    const std::string target(req_.target());
+    const std::string path = target.substr(0, target.find('?'));
+    // CORS preflight (only when --allowed-origins names the origin).
+    if (req_.method() == http::verb::options && !cors_origin_.empty()) {
+      std::string allow_headers(req_[http::field::access_control_request_headers]);
+      if (allow_headers.empty()) allow_headers = "Authorization, Content-Type";
+      return reply(204, "", "text/plain",
+                   {{http::field::access_control_allow_methods, "GET, POST, OPTIONS"},
+                    {http::field::access_control_allow_headers, allow_headers},
+                    {http::field::access_control_max_age, "600"}});
+    }
+    // The web page: public (it holds no data; the API calls it makes carry the key).
+    if (!core_.cfg.no_ui && (req_.method() == http::verb::get || req_.method() == http::verb::head))
+      if (const auto* asset = find_web_asset(path))
+        return reply_web(serve_web_asset(*asset, std::string(req_[http::field::accept_encoding]), std::string(req_[http::field::if_none_match])));
+    const auto m = match_route(std::string(http::to_string(req_.method())), target);
     if (m.status == 405) throw api_error(405, m.message, "", "method_not_allowed");
     if (m.status == 404) throw api_error(404, m.message, "", "not_found");
     if (m.needs_key && !core_.authorized(std::string(req_[http::field::authorization]))) {
@@ -230,6 +250,7 @@ private:
       if (version_ < 11) keep_alive_ = false;
       write_raw(std::string(version_ < 11 ? "HTTP/1.0" : "HTTP/1.1") +
                 " 200 OK\r\nServer: k3serve\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+                (cors_origin_.empty() ? std::string() : "Access-Control-Allow-Origin: " + cors_origin_ + "\r\nVary: Origin\r\n") +
                 (version_ < 11 ? "" : "Transfer-Encoding: chunked\r\n") +
                 "Connection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n");
       arm_ping();
@@ -348,6 +369,7 @@ private:
   }
   void reset_and_read() {
     builders_.clear();
+    cors_origin_.clear();
     cancelled_ = false;
     beast::error_code ec;
     stream_.socket().cancel(ec); // stop the disconnect watch
@@ -362,8 +384,26 @@ private:
     res->set(http::field::content_type, type);
     if (status == 429 || status == 503) res->set(http::field::retry_after, "1");
     for (const auto& [f, v] : extra) res->set(f, v);
-    res->keep_alive(keep_alive_);
     res->body() = std::move(body);
+    send_response(std::move(res));
+  }
+
+  void reply_web(web_response w) {
+    core_.metrics.http_request(w.status);
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(w.status), version_ < 11 ? 10 : 11);
+    res->set(http::field::server, "k3serve");
+    for (const auto& [f, v] : w.headers) res->set(f, v);
+    res->body() = std::move(w.body);
+    send_response(std::move(res));
+  }
+
+  void send_response(std::shared_ptr<http::response<http::string_body>> res) {
+    if (!cors_origin_.empty()) {
+      res->set(http::field::access_control_allow_origin, cors_origin_);
+      res->set(http::field::vary, res->find(http::field::vary) == res->end() ? std::string("Origin")
+                                                                             : std::string((*res)[http::field::vary]) + ", Origin");
+    }
+    res->keep_alive(keep_alive_);
     res->prepare_payload();
     if (head_) res->body().clear(); // HEAD: the headers of GET (Content-Length included), no body
     stream_.expires_after(secs(core_.cfg.write_timeout));
@@ -429,6 +469,7 @@ private:
   bool head_ = false, linger_ = false;
   bool keep_alive_ = true, streaming_ = false, generating_ = false, cancelled_ = false, after_writes_ = false;
   bool include_usage_ = false, abandoned_ = false;
+  std::string cors_origin_; ///< Access-Control-Allow-Origin for this request, or empty
   int open_ = 0;
   std::vector<std::shared_ptr<response_builder>> builders_;
   std::vector<engine::request_id> req_ids_;

@@ -24,6 +24,25 @@ bool bearer_authorized(std::string_view header, const std::vector<std::string>& 
   return ok;
 }
 
+std::string cors_allow_origin(std::string_view origin, const std::vector<std::string>& allowed) {
+  if (origin.empty() || allowed.empty() || origin == "null") return "";
+  for (const auto& a : allowed)
+    if (a == "*" || a == origin) return std::string(origin);
+  return "";
+}
+
+bool websocket_origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed) {
+  if (origin.empty()) return true;
+  if (!cors_allow_origin(origin, allowed).empty()) return true;
+  const auto sep = origin.find("://");
+  if (sep == std::string_view::npos || host.empty()) return false;
+  const auto authority = origin.substr(sep + 3);
+  if (authority.size() != host.size()) return false;
+  for (std::size_t i = 0; i < host.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(authority[i])) != std::tolower(static_cast<unsigned char>(host[i]))) return false;
+  return true;
+}
+
 route_match match_route(std::string_view method, std::string_view target, bool upgrade) {
   const std::string_view path = target.substr(0, target.find('?'));
   route_match m;

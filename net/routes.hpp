@@ -23,6 +23,16 @@ struct route_match {
 /// when no key is configured.
 [[nodiscard]] bool bearer_authorized(std::string_view header, const std::vector<std::string>& keys);
 
+/// CORS: the value of Access-Control-Allow-Origin for a request from `origin` — the origin
+/// itself when `allowed` lists it or `*` — or empty (no CORS headers; the browser then blocks
+/// the response). Empty `allowed`: CORS is off.
+[[nodiscard]] std::string cors_allow_origin(std::string_view origin, const std::vector<std::string>& allowed);
+
+/// A WebSocket upgrade is accepted from a browser page only when it is same-origin (Origin's
+/// host:port equals Host) or CORS allows its origin; clients that send no Origin (non-browser)
+/// are accepted. Stops other sites' pages from driving the API through a visitor's browser.
+[[nodiscard]] bool websocket_origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed);
+
 /// `method` as on the wire (GET, HEAD, POST, …); HEAD is accepted wherever GET is. The query
 /// string is ignored. `upgrade`: a WebSocket upgrade request.
 [[nodiscard]] route_match match_route(std::string_view method, std::string_view target, bool upgrade = false);

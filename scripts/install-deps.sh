@@ -12,6 +12,21 @@ packages=(
 # Node.js runs the test peers (js-tiktoken, the OpenAI SDK); use the machine's own when present.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
+# `--test-browser`: Debian's Chromium for the web page's end-to-end test (only `make test` asks;
+# where it cannot be installed the test says so and skips).
+if [ "${1:-}" = "--test-browser" ]; then
+  command -v chromium >/dev/null 2>&1 && exit 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: chromium is not installed (run as root to install it); the browser test will skip" >&2
+    exit 0
+  fi
+  echo "install-deps: installing chromium (browser test)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; } ||
+    echo "install-deps: chromium could not be installed; the browser test will skip" >&2
+  exit 0
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

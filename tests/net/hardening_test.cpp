@@ -287,3 +287,69 @@ TEST_CASE("hardening: a stream cut by the drain deadline ends with a 503 shuttin
   CHECK(got.find("data: [DONE]") != std::string::npos);
   CHECK(s.proc->wait() == 0);
 }
+
+TEST_CASE("hardening: the web page at /, --no-ui, CORS with --allowed-origins, WebSocket origins", "[net][hardening][web]") {
+  const std::string ws_upgrade = "GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+  {
+    server s;
+    const auto page = http_request(s.port, "GET", "/", "", {"Accept-Encoding: gzip"});
+    CHECK(page.status == 200);
+    CHECK(page.headers.at("content-type") == "text/html; charset=utf-8");
+    CHECK(page.headers.at("content-encoding") == "gzip");
+    CHECK(page.headers.at("content-security-policy").find("script-src 'self'") != std::string::npos);
+    const auto plain = http_request(s.port, "GET", "/");
+    CHECK(plain.body.find("/ui/app.js") != std::string::npos);
+    CHECK(http_request(s.port, "GET", "/", "", {"If-None-Match: " + plain.headers.at("etag")}).status == 304);
+    CHECK(http_request(s.port, "HEAD", "/ui/app.css").status == 200);
+    CHECK(http_request(s.port, "GET", "/ui/missing.js").status == 404);
+    CHECK(http_request(s.port, "POST", "/", "{}").status == 404);
+    // CORS is off by default: no Access-Control-* headers, OPTIONS is not a method of the API.
+    const auto m = http_request(s.port, "GET", "/v1/models", "", {"Origin: https://other.example"});
+    CHECK(m.status == 200);
+    CHECK(m.headers.count("access-control-allow-origin") == 0);
+    CHECK(http_request(s.port, "OPTIONS", "/v1/chat/completions", "", {"Origin: https://other.example"}).status == 405);
+    // WebSocket: same-origin and Origin-less clients are accepted, other sites' pages are not.
+    for (const auto& [origin, want] : std::vector<std::pair<std::string, std::string>>{
+             {"", "101"}, {"Origin: http://127.0.0.1\r\n", "101"}, {"Origin: https://evil.example\r\n", "403"}}) {
+      test::raw_connection c(s.port);
+      c.set_timeout(10000);
+      c.send(ws_upgrade + origin + "\r\n");
+      const auto head = c.read_until("\r\n");
+      INFO(origin << " -> " << head);
+      CHECK(head.find(" " + want + " ") != std::string::npos);
+    }
+  }
+  {
+    server s({"--no-ui"});
+    CHECK(http_request(s.port, "GET", "/").status == 404);
+    CHECK(http_request(s.port, "GET", "/ui/app.js").status == 404);
+    CHECK(http_request(s.port, "GET", "/v1/models").status == 200);
+  }
+  {
+    server s({"--allowed-origins", "http://localhost:3000,https://app.example", "--api-key", "k"});
+    const auto pre = http_request(s.port, "OPTIONS", "/v1/chat/completions", "",
+                                  {"Origin: https://app.example", "Access-Control-Request-Method: POST",
+                                   "Access-Control-Request-Headers: authorization, content-type"});
+    CHECK(pre.status == 204); // no key needed: browsers never send credentials on a preflight
+    CHECK(pre.headers.at("access-control-allow-origin") == "https://app.example");
+    CHECK(pre.headers.at("access-control-allow-methods").find("POST") != std::string::npos);
+    CHECK(pre.headers.at("access-control-allow-headers") == "authorization, content-type");
+    const auto ok = http_request(s.port, "POST", "/v1/chat/completions",
+                                 R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true})",
+                                 {"Origin: http://localhost:3000", "Authorization: Bearer k"});
+    CHECK(ok.status == 200);
+    CHECK(ok.headers.at("access-control-allow-origin") == "http://localhost:3000");
+    CHECK(ok.headers.at("vary").find("Origin") != std::string::npos);
+    const auto denied = http_request(s.port, "GET", "/v1/models", "", {"Origin: http://localhost:3000"});
+    CHECK(denied.status == 401); // the browser can read the 401 (CORS headers on errors too)
+    CHECK(denied.headers.at("access-control-allow-origin") == "http://localhost:3000");
+    const auto other = http_request(s.port, "GET", "/v1/models", "", {"Origin: https://evil.example", "Authorization: Bearer k"});
+    CHECK(other.status == 200);
+    CHECK(other.headers.count("access-control-allow-origin") == 0);
+    test::raw_connection c(s.port);
+    c.set_timeout(10000);
+    c.send(ws_upgrade + "Origin: https://app.example\r\nAuthorization: Bearer k\r\n\r\n");
+    CHECK(c.read_until("\r\n").find(" 101 ") != std::string::npos);
+  }
+}
