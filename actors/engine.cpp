@@ -155,6 +155,8 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   sc.kv.memory_bytes = kv_bytes;
   sc.kv.allocate = pool_alloc;
   sc.kv.block_size = o.block_size;
+  sc.kv.prefix_caching = o.prefix_caching;
+  sc.kv.checkpoint_interval = o.kda_checkpoint_interval;
   sc.kv.max_model_len = std::min<std::int64_t>(o.max_model_len, c.max_position);
   sc.kv.max_num_seqs = o.max_num_seqs;
   sc.kv.fp32_cache = o.exact_fp32;

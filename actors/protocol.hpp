@@ -35,6 +35,9 @@ struct engine_stats {
   std::int64_t policy_ns = 0;  ///< scheduler actor time in schedule() + apply(), all steps
   std::int64_t deliver_ns = 0; ///< scheduler actor time sending token events, all steps
   std::int64_t shard_restarts = 0;
+  /// Prefix cache: tokens looked up / served from the cache; cached (evictable) blocks;
+  /// KDA checkpoints kept and the blocks they take.
+  std::int64_t prefix_queries = 0, prefix_hits = 0, kv_blocks_cached = 0, checkpoints = 0, checkpoint_blocks = 0;
   std::vector<std::int64_t> shard_jobs;        ///< jobs sent per shard
   std::vector<std::int64_t> shard_max_queue;   ///< deepest outstanding-job count seen per shard
   std::vector<std::int64_t> shard_rows;        ///< token-expert rows computed per shard
@@ -65,7 +68,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
   return f(caf::meta::type_name("engine_stats"), x.waiting, x.running, x.waiting_tokens, x.kv_slots, x.kv_slots_used,
            x.kv_blocks, x.kv_blocks_used, x.steps, x.preemptions, x.tokens_scheduled, x.requests_finished,
-           x.stream_restarts, x.policy_ns, x.deliver_ns, x.shard_restarts, x.shard_jobs, x.shard_max_queue, x.shard_rows, x.expert_tokens);
+           x.stream_restarts, x.policy_ns, x.deliver_ns, x.shard_restarts, x.prefix_queries, x.prefix_hits, x.kv_blocks_cached,
+           x.checkpoints, x.checkpoint_blocks, x.shard_jobs, x.shard_max_queue, x.shard_rows, x.expert_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_job& x) {
@@ -115,7 +119,7 @@ typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
   return f(caf::meta::type_name("token_event"), x.id, x.token, x.logprob, x.top, x.finished, x.finish_reason, x.error,
-           x.message);
+           x.message, x.cached_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {

@@ -56,6 +56,7 @@ request_actor::behavior_type request_fun(request_actor::stateful_pointer<request
         out.finish_reason = ev.finish_reason;
         out.error = ev.error;
         out.message = ev.message;
+        out.cached_tokens = ev.cached_tokens;
         if (st.dec) {
           const bool marker = ev.token >= 0 && std::binary_search(st.opt.structural_ids.begin(),
                                                                   st.opt.structural_ids.end(), ev.token);

@@ -27,6 +27,7 @@ struct stream_event {
   std::string finish_reason;    ///< "stop", "length", "cancelled", "error"
   engine::errc error = engine::errc::none;
   std::string message;
+  std::int64_t cached_tokens = 0; ///< prompt tokens the prefix cache served
 };
 
 using stream_sink = std::function<void(const stream_event&)>;

@@ -147,6 +147,11 @@ scheduler_actor::behavior_type scheduler_fun(self_ptr self, std::shared_ptr<engi
         out.preemptions = x.preemptions;
         out.tokens_scheduled = x.tokens_scheduled;
         out.requests_finished = x.requests_finished;
+        out.prefix_queries = x.prefix_queries;
+        out.prefix_hits = x.prefix_hits;
+        out.kv_blocks_cached = u.evictable_blocks;
+        out.checkpoints = u.checkpoints;
+        out.checkpoint_blocks = u.checkpoint_blocks;
         out.stream_restarts = s.restarts;
         out.policy_ns = s.policy_ns;
         out.deliver_ns = s.deliver_ns;

@@ -25,6 +25,8 @@ void add_server_options(CLI::App& app, server_config& c) {
       ->group(model_g);
   app.add_option("--dtype", c.dtype, "Weights as stored: auto or bfloat16")->group(model_g);
   app.add_option("--quantization", c.quantization, "mxfp4: quantize bf16 routed experts at load")->group(model_g);
+  add_bool(app, "--exact-fp32", c.exact_fp32, "Reference numerics: fp32 math and KV rows (slow; for tests and debugging)")
+      ->group(model_g);
   add_bool(app, "--trust-remote-code", c.trust_remote_code, "Accepted for vLLM compatibility (k3serve runs no Python)")
       ->group(model_g);
   app.add_option("--cache-dir", c.cache_dir, "Where the demo checkpoint is written (default ~/.cache/k3serve)")->group(model_g);
@@ -80,6 +82,19 @@ void add_server_options(CLI::App& app, server_config& c) {
       ->group(sched_g);
   app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto, bfloat16 or fp8 (fp8: simulated plans only)")->group(sched_g);
   add_bool(app, "--enable-chunked-prefill", c.enable_chunked_prefill, "Always on (long prompts are split into steps)")
+      ->group(sched_g);
+  add_bool(app, "--enable-prefix-caching", c.enable_prefix_caching,
+           "Reuse cached prompt prefixes with KDA state checkpoints (on by default)")
+      ->group(sched_g);
+  app.add_flag("--no-enable-prefix-caching{false}", c.enable_prefix_caching, "Turn the prefix cache off")
+      ->excludes("--enable-prefix-caching")
+      ->group(sched_g);
+  app.add_option("--block-size,--prefix-cache-block-size", c.block_size, "Tokens per KV block and prefix-cache hash block")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128, 256, 512, 1024}))
+      ->group(sched_g);
+  app.add_option("--kda-checkpoint-interval", c.kda_checkpoint_interval,
+                 "Tokens between KDA state checkpoints in a long prefill (0: derived from the memory plan; -1: only at prompt ends)")
+      ->check(Range(std::int64_t{-1}, std::int64_t{1} << 40))
       ->group(sched_g);
 
   app.add_option("--tensor-parallel-size,--tp,--tp-size", c.tensor_parallel_size, "GPUs per tensor-parallel group (-tp)")

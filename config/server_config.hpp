@@ -45,8 +45,12 @@ struct server_config {
   std::vector<std::string> remote_shards; ///< --remote-shards host:port,…
   std::string dtype = "auto";        ///< --dtype auto|bfloat16 (weights as stored)
   std::string quantization;          ///< --quantization mxfp4 (bf16 experts quantized at load)
+  bool exact_fp32 = false;           ///< --exact-fp32: reference numerics (fp32 math and cache; slow; tests)
   bool trust_remote_code = false;    ///< accepted: k3serve runs no Python
   bool enable_chunked_prefill = true;///< always on
+  bool enable_prefix_caching = true; ///< --enable-prefix-caching / --no-enable-prefix-caching
+  int block_size = 64;               ///< --block-size / --prefix-cache-block-size: MLA rows per block = hash block
+  std::int64_t kda_checkpoint_interval = 0; ///< --kda-checkpoint-interval tokens (0: derived, -1: prompt ends only)
   std::int64_t max_body_bytes = 8 << 20; ///< --max-body-bytes: larger bodies get 413
   double shutdown_timeout = 30;      ///< --shutdown-timeout seconds to drain on SIGTERM
   int http_threads = 2;              ///< --http-threads: I/O threads (never run tokenization or rendering)

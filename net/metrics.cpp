@@ -97,6 +97,11 @@ std::string server_metrics::render(const actors::engine_stats& e, const std::str
   counter("generation_tokens_total", "Generated tokens of finished requests.", gen_tokens_);
   counter("num_preemptions_total", "Preemptions by recompute.", static_cast<std::uint64_t>(e.preemptions));
   counter("engine_steps_total", "Model steps run.", static_cast<std::uint64_t>(e.steps));
+  counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", static_cast<std::uint64_t>(e.prefix_queries));
+  counter("prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", static_cast<std::uint64_t>(e.prefix_hits));
+  gauge("prefix_cache_blocks", "Cached MLA blocks no running request holds (evicted on demand).", static_cast<double>(e.kv_blocks_cached));
+  gauge("kda_checkpoints", "KDA state checkpoints kept for prefix-cache hits.", static_cast<double>(e.checkpoints));
+  gauge("kda_checkpoint_blocks", "Pool blocks the KDA checkpoints take.", static_cast<double>(e.checkpoint_blocks));
   counter("http_requests_client_disconnected_total", "Requests whose client went away before the end.", disconnects_);
   out += "# HELP k3:request_success_total Finished requests by finish reason.\n# TYPE k3:request_success_total counter\n";
   for (const auto& [r, n] : finished_) out += "k3:request_success_total{" + L + ",finished_reason=\"" + escape_label(r) + "\"} " + std::to_string(n) + "\n";

@@ -1,5 +1,7 @@
 #include "net/openai_stream.hpp"
 
+#include <algorithm>
+
 #include "runtime/chat/json.hpp"
 #include "runtime/tokenizer/utf8.hpp"
 
@@ -23,6 +25,14 @@ std::vector<std::int32_t> response_builder::structural_ids() const {
 }
 
 namespace {
+
+// OpenAI's usage object; cached_tokens counts prompt tokens served from the prefix cache
+// (bounded by prompt_tokens: K3 chat reports the prompt without its generation opener).
+std::string usage_json(std::int64_t prompt, std::int64_t gen, std::int64_t cached) {
+  return "{\"prompt_tokens\":" + std::to_string(prompt) + ",\"completion_tokens\":" + std::to_string(gen) +
+         ",\"total_tokens\":" + std::to_string(prompt + gen) + ",\"prompt_tokens_details\":{\"cached_tokens\":" +
+         std::to_string(std::clamp<std::int64_t>(cached, 0, prompt)) + "}}";
+}
 
 std::string token_text(const tok::kimi_tokenizer* t, std::int32_t id, std::string* bytes_json) {
   std::string raw;
@@ -152,6 +162,7 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
   std::vector<std::string> out;
   if (finished_) return out;
   if (ev.token >= 0) ++tokens_;
+  cached_ = std::max(cached_, ev.cached_tokens);
   note_logprobs(ev);
   if (s_.chat && !role_sent_) {
     out.push_back(chunk("{\"role\":\"assistant\",\"content\":\"\"}", ""));
@@ -184,8 +195,7 @@ std::vector<std::string> response_builder::on_event(const actors::stream_event& 
       out.push_back("{\"id\":" + json::quote(s_.id) + ",\"object\":\"" +
                     (s_.chat ? "chat.completion.chunk" : "text_completion") + "\",\"created\":" +
                     std::to_string(s_.created) + ",\"model\":" + json::quote(s_.model) + ",\"choices\":[],\"usage\":" +
-                    "{\"prompt_tokens\":" + std::to_string(s_.prompt_tokens) + ",\"completion_tokens\":" +
-                    std::to_string(tokens_) + ",\"total_tokens\":" + std::to_string(s_.prompt_tokens + tokens_) + "}}");
+                    usage_json(s_.prompt_tokens, tokens_, cached_) + "}");
   }
   return out;
 }
@@ -201,8 +211,7 @@ std::string response_builder::merged_body(const std::vector<const response_build
     if (!choices.empty()) choices += ",";
     choices += c->choice_json();
   }
-  const std::string usage = "{\"prompt_tokens\":" + std::to_string(s0.prompt_tokens) + ",\"completion_tokens\":" +
-                            std::to_string(gen) + ",\"total_tokens\":" + std::to_string(s0.prompt_tokens + gen) + "}";
+  const std::string usage = usage_json(s0.prompt_tokens, gen, cs.front()->cached_);
   return "{\"id\":" + json::quote(s0.id) + ",\"object\":\"" + (s0.chat ? "chat.completion" : "text_completion") +
          "\",\"created\":" + std::to_string(s0.created) + ",\"model\":" + json::quote(s0.model) + ",\"choices\":[" +
          choices + "],\"usage\":" + usage + "}";
@@ -214,8 +223,7 @@ std::string response_builder::usage_chunk(const std::vector<const response_build
   for (const auto* c : cs) gen += c->tokens_;
   return "{\"id\":" + json::quote(s0.id) + ",\"object\":\"" + (s0.chat ? "chat.completion.chunk" : "text_completion") +
          "\",\"created\":" + std::to_string(s0.created) + ",\"model\":" + json::quote(s0.model) +
-         ",\"choices\":[],\"usage\":{\"prompt_tokens\":" + std::to_string(s0.prompt_tokens) + ",\"completion_tokens\":" +
-         std::to_string(gen) + ",\"total_tokens\":" + std::to_string(s0.prompt_tokens + gen) + "}}";
+         ",\"choices\":[],\"usage\":" + usage_json(s0.prompt_tokens, gen, cs.front()->cached_) + "}";
 }
 
 std::string response_builder::choice_json() const {

@@ -72,6 +72,7 @@ private:
   };
   std::vector<call> calls_;
   std::int64_t tokens_ = 0;
+  std::int64_t cached_ = 0; ///< prompt tokens the prefix cache served (engine count)
   // logprobs: chat entries, or the completions arrays; pending_* not yet attached to a chunk
   std::vector<std::string> pending_entries_, all_entries_;
   std::vector<std::string> pend_tok_, pend_lp_, pend_top_, all_tok_, all_lp_, all_top_;

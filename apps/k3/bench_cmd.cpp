@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/k3/commands.hpp"
+#include "bench/agent_bench.hpp"
 #include "bench/engine_bench.hpp"
 #include "bench/grammar_bench.hpp"
 #include "bench/kernel_bench.hpp"
@@ -25,7 +26,7 @@ int bench_tokenizer_run(const std::string& file, const std::string& pattern, con
 
 void add_bench_command(CLI::App& root, int& rc) {
   using CLI::Range;
-  auto* bench = root.add_subcommand("bench", "Benchmarks (kernels, model, engine, serve, sim, cuda, tokenizer, grammar)");
+  auto* bench = root.add_subcommand("bench", "Benchmarks (kernels, model, engine, serve, agent, sim, cuda, tokenizer, grammar)");
   bench->require_subcommand(1, 1);
 
   {
@@ -110,6 +111,24 @@ void add_bench_command(CLI::App& root, int& rc) {
       }
       rc = bench::run_serve_benchmark(*o);
     });
+  }
+  {
+    auto* cmd = bench->add_subcommand("agent", "Agent sessions (long shared prefix, growing turns): prefix-cache hit ratio and TTFT, cache on vs off");
+    auto o = std::make_shared<bench::agent_bench_options>();
+    cmd->add_option("--url,--base-url", o->url, "A running server (default: start k3 serve twice, prefix cache on and off)");
+    cmd->add_option("--baseline-url", o->baseline_url, "A second running server to compare against");
+    cmd->add_option("--model", o->model, "The model field (default: ask /v1/models)");
+    cmd->add_option("--api-key", o->api_key, "Bearer key");
+    cmd->add_option("--model-dir", o->model_dir, "Checkpoint for the servers it starts (default: the demo)");
+    cmd->add_option("--serve-arg", o->serve_args, "Extra flag for the servers it starts (repeatable)")->allow_extra_args(false);
+    cmd->add_option("--sessions", o->sessions, "Concurrent agent sessions")->check(Range(1, 1 << 16));
+    cmd->add_option("--turns", o->turns, "Turns per session")->check(Range(1, 1 << 16));
+    cmd->add_option("--prefix-len", o->prefix_len, "Common system prefix, tokens")->check(Range(1, 1 << 24));
+    cmd->add_option("--increment-len", o->increment_len, "New user tokens per turn")->check(Range(1, 1 << 24));
+    cmd->add_option("--output-len", o->output_len, "Reply tokens per turn")->check(Range(1, 1 << 20));
+    cmd->add_option("--max-concurrency", o->max_concurrency, "Requests in flight")->check(Range(1, 1 << 16));
+    cmd->add_option("--seed", o->seed, "Seed of the token ids");
+    cmd->callback([o, &rc] { rc = bench::run_agent_benchmark(*o); });
   }
   {
     auto* cmd = bench->add_subcommand("tokenizer", "Encode throughput on one core: mixed text and worst-case inputs");

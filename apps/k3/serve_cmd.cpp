@@ -77,6 +77,10 @@ void add_serve_command(CLI::App& root, int& rc) {
                                   std::to_string(mc.max_position));
     eo.max_num_seqs = cfg.max_num_seqs;
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
+    eo.block_size = cfg.block_size;
+    eo.prefix_caching = cfg.enable_prefix_caching;
+    eo.exact_fp32 = cfg.exact_fp32;
+    eo.kda_checkpoint_interval = cfg.kda_checkpoint_interval;
     eo.max_waiting_requests = cfg.max_queued_requests;
     eo.max_waiting_tokens = cfg.max_queued_tokens;
     eo.expert_parallel_size = cfg.device == "cpu" ? cfg.expert_parallel_size : 0; // on GPUs: EP = TP inside the group

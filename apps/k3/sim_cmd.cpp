@@ -37,6 +37,9 @@ void add_sim_command(CLI::App& root, int& rc) {
     double trace_speed = 1, slo_ttft = 2000, slo_tpot = 50;
     bool memory_only = false, validate = false, list_params = false, list_presets = false;
     std::vector<std::string> params;
+    std::string increment_len = "4096";
+    double tool_gap = 2;
+    std::int64_t checkpoint_interval = 0;
   };
   auto o = std::make_shared<opts>();
   using CLI::Range;
@@ -46,7 +49,15 @@ void add_sim_command(CLI::App& root, int& rc) {
   cmd->add_option("--hardware", o->hardware, "GPU preset (h20 h100 h200 b200 b300 gb200_nvl72 gb300_nvl72) or a JSON file");
   cmd->add_option("--gpus", o->gpus, "GPU count (default: the plan's, or TP x PP x DP)")->check(Range(1, 1 << 16));
   cmd->add_option("--model", o->model, "kimi-k3, kimi-linear-48b, kimi-k2, deepseek-v3, a config.json or a checkpoint dir");
-  cmd->add_option("--workload", o->workload, "poisson:RATE | rate:RATE | closed:N | trace:FILE (Azure CSV)");
+  cmd->add_option("--workload", o->workload,
+                  "poisson:RATE | rate:RATE | closed:N | trace:FILE (Azure CSV) | sessions:S:TURNS (agent sessions, "
+                  "run with the prefix cache on and off)");
+  cmd->add_option("--increment-len", o->increment_len, "sessions: new tokens per later turn (same forms as --input-len)");
+  cmd->add_option("--tool-gap", o->tool_gap, "sessions: seconds between a turn's end and the next turn (tool calls)")
+      ->check(Range(0.0, 86400.0));
+  cmd->add_option("--kda-checkpoint-interval", o->checkpoint_interval,
+                  "sessions: tokens between KDA checkpoints in a long prefill (0: derived from the memory plan; -1: prompt ends only)")
+      ->check(Range(std::int64_t{-1}, std::int64_t{1} << 40));
   cmd->add_option("--input-len", o->input_len, "N | uniform:A:B | lognormal:MEAN:SIGMA");
   cmd->add_option("--output-len", o->output_len, "same forms as --input-len");
   cmd->add_option("--num-requests", o->num_requests, "Requests to simulate (trace: at most N rows, 0 = all)")
@@ -74,7 +85,7 @@ void add_sim_command(CLI::App& root, int& rc) {
   cmd->callback([o, &rc] {
   auto& [plan_spec, hardware, model, workload, json_path, csv_path, svg_dir, routing, sweep, input_len, output_len, engine,
          gpus, max_num_seqs, num_requests, seed, trace_speed, slo_ttft, slo_tpot, memory_only, validate, list_params,
-         list_presets, param_list] = *o;
+         list_presets, param_list, increment_len, tool_gap, checkpoint_interval] = *o;
   sim::cost_params params;
   for (const auto& kv : param_list) {
     const auto eq = kv.find('=');
@@ -120,7 +131,12 @@ void add_sim_command(CLI::App& root, int& rc) {
   base.num_requests = num_requests;
   base.seed = seed;
   base.trace_speed = trace_speed;
+  base.increment = sim::parse_length(increment_len, "--increment-len");
+  base.tool_gap = tool_gap;
   const auto w = sim::parse_workload(workload, base);
+  const bool sessions = w.k == sim::workload_spec::kind::sessions;
+  if (sessions && engine == "actors") throw sim::sim_error("--workload sessions runs on --engine des (the scheduler and KV classes)");
+  if (sessions && !sweep.empty()) throw sim::sim_error("--sweep does not apply to --workload sessions");
 
   sim::report_input in;
   in.model = &m;
@@ -133,6 +149,7 @@ void add_sim_command(CLI::App& root, int& rc) {
   in.options.slo_tpot = slo_tpot / 1e3;
   in.options.keep_requests = !csv_path.empty();
   in.options.max_num_seqs = max_num_seqs;
+  in.options.checkpoint_interval = checkpoint_interval;
 
   if (!memory_only && mp.fits) {
     std::vector<double> loads;
@@ -152,6 +169,15 @@ void add_sim_command(CLI::App& root, int& rc) {
       if (w.k == sim::workload_spec::kind::trace) throw sim::sim_error("--sweep needs a poisson, rate or closed workload (use --trace-speed for traces)");
     }
     if (loads.empty()) loads.push_back(w.k == sim::workload_spec::kind::closed ? w.concurrency : w.rate);
+    if (sessions) {
+      // The same sessions with the production prefix cache and without it.
+      for (const bool cache : {true, false}) {
+        auto opt = in.options;
+        opt.prefix_caching = cache;
+        in.points.push_back({cache ? "sessions, cache on" : "sessions, cache off", 0, sim::simulate(cm, mp, w, opt)});
+      }
+      loads.clear();
+    }
     for (double v : loads) {
       auto wv = w;
       char label[96];

@@ -52,7 +52,11 @@ struct engine_options {
   int max_waiting_requests = 4096;
   std::int64_t max_waiting_tokens = 1ll << 22;
   bool priority_scheduling = false;
-  int block_size = 64;
+  int block_size = 64;                         ///< MLA rows per block, also the prefix cache's hash block
+  /// Prefix caching (runtime/engine/kv_manager.hpp): computed blocks and KDA checkpoints are
+  /// kept and reused by later requests that share a prefix.
+  bool prefix_caching = true;
+  std::int64_t kda_checkpoint_interval = 0;    ///< tokens; 0: derived from the memory plan; < 0: prompt ends only
   int expert_parallel_size = 0;                ///< in-process expert shards (0: experts run in the step)
   int num_redundant_experts = 0;               ///< hot-expert replicas across shards
   std::vector<std::string> remote_shards;      ///< "host:port" of `k3 shard` processes

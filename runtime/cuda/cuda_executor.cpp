@@ -58,15 +58,19 @@ engine::step_result cuda_executor::run_rank(const engine::batch_plan& plan, bool
       entries_.push_back({e.state, e.tokens, false});
       positions_.push_back(e.position);
     }
+    // Prefix-cache copies are stream-ordered around the step: restores before, checkpoints after.
+    for (const auto& c : plan.copies_before) m_.copy_pool(c.dst, c.src, c.bytes);
     if (lead && tp_lead_only_) {
       m_.step(entries_, positions_, true);
     } else if (lead) {
       m_.step(entries_);
     } else {
       m_.step(entries_, positions_, false);
+      for (const auto& c : plan.copies_after) m_.copy_pool(c.dst, c.src, c.bytes);
       check(cudaStreamSynchronize(m_.stream()), "the step's kernels");
       return r;
     }
+    for (const auto& c : plan.copies_after) m_.copy_pool(c.dst, c.src, c.bytes);
     const auto E = entries_.size();
     const auto vocab = static_cast<std::size_t>(m_.config().vocab);
     cudaStream_t s = m_.stream();

@@ -391,4 +391,9 @@ void cuda_model::enqueue(std::size_t words) {
   blas_->matmul(w_->head, h, Hd, E, logits_, c_.vocab);
 }
 
+void cuda_model::copy_pool(void* dst, const void* src, std::size_t bytes) {
+  check(cudaMemcpyAsync(local(static_cast<char*>(dst)), local(static_cast<const char*>(src)), bytes, cudaMemcpyDeviceToDevice, stream_),
+        "cudaMemcpyAsync(prefix-cache state copy)");
+}
+
 } // namespace k3::gpu

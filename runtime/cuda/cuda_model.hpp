@@ -99,6 +99,10 @@ public:
   void collect_expert_counts();
   [[nodiscard]] const std::vector<std::int64_t>& expert_tokens() const noexcept { return expert_totals_; }
 
+  /// Enqueues a copy inside the KV pools on stream() (prefix-cache restores and checkpoints):
+  /// the addresses are the lead's; a tensor-parallel rank maps them into its own pools.
+  void copy_pool(void* dst, const void* src, std::size_t bytes);
+
   /// Device memory for kv_config::allocate (pools on this device).
   [[nodiscard]] std::function<std::shared_ptr<void>(std::size_t)> pool_allocator() const;
 

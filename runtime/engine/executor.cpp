@@ -1,5 +1,6 @@
 #include "runtime/engine/executor.hpp"
 
+#include <cstring>
 #include <exception>
 #include <future>
 #include <limits>
@@ -17,6 +18,10 @@ std::vector<std::int64_t> model_executor::expert_tokens() const {
   std::vector<std::int64_t> out(num_experts_);
   for (std::size_t e = 0; e < num_experts_; ++e) out[e] = expert_totals_[e].load(std::memory_order_relaxed);
   return out;
+}
+
+void run_copies(std::span<const state_copy> copies) {
+  for (const auto& c : copies) std::memcpy(c.dst, c.src, c.bytes);
 }
 
 void apply_token_mask(std::span<float> logits, std::span<const std::uint64_t> mask) {
@@ -53,7 +58,9 @@ step_result model_executor::run(const batch_plan& plan) {
   try {
     entries_.clear();
     for (const auto& e : plan.entries) entries_.push_back({e.state, e.tokens, false});
+    run_copies(plan.copies_before); // KDA state restored from prefix-cache checkpoints
     const auto out = m_.step(entries_);
+    run_copies(plan.copies_after);  // checkpoints of the states this step left at block boundaries
     // Publish the per-expert totals (the model's own counters are only safe on this thread).
     if (num_experts_ > 0) {
       const auto& per_layer = m_.expert_tokens();

@@ -21,6 +21,8 @@
 
 namespace k3::engine {
 
+/// Runs a plan's pool copies on host memory (the CPU pools).
+void run_copies(std::span<const state_copy> copies);
 /// Sets the logits of tokens a grammar mask (bitset over ids) does not allow to −inf.
 void apply_token_mask(std::span<float> logits, std::span<const std::uint64_t> mask);
 /// The grammar masks of a plan's constrained sampled entries (empty vectors elsewhere).

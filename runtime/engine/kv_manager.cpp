@@ -1,6 +1,7 @@
 #include "runtime/engine/kv_manager.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -69,6 +70,36 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
   }
   for (int s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
   for (std::int64_t b = num_blocks_ - 1; b >= 0; --b) free_blocks_.push_back(static_cast<std::int32_t>(b));
+  meta_.resize(static_cast<std::size_t>(num_blocks_));
+
+  // Prefix cache: checkpoints live in row blocks, so a model without MLA layers has nowhere
+  // to keep them (neither K3 nor Kimi Linear is such a model).
+  caching_ = k.prefix_caching && num_mla_ > 0;
+  if (caching_) {
+    const int B = k.block_size;
+    if (num_kda_ > 0) {
+      if (k.backed) {
+        const std::int64_t slot_region = static_cast<std::int64_t>(num_kda_) * static_cast<std::int64_t>(kda_floats_ + conv_floats_) * 4;
+        const std::int64_t block_region = static_cast<std::int64_t>(num_mla_) * static_cast<std::int64_t>(block_elems_) * 2;
+        ckpt_blocks_ = (slot_region + block_region - 1) / block_region;
+      } else {
+        ckpt_blocks_ = (sb_ + bb_ - 1) / bb_;
+      }
+      if (k.checkpoint_interval > 0) {
+        interval_ = (k.checkpoint_interval + B - 1) / B * B;
+      } else if (k.checkpoint_interval == 0) {
+        // A checkpoint costs no more than the rows of the interval it saves recomputing.
+        const std::int64_t tokens = (sb_ * B + bb_ - 1) / bb_;
+        interval_ = std::max<std::int64_t>(4 * B, (tokens + B - 1) / B * B);
+      }
+    }
+    ckpt_block_cap_ = static_cast<std::int64_t>(static_cast<double>(num_blocks_) * std::clamp(k.checkpoint_share, 0.0, 1.0));
+    note_ += "; prefix cache on: " + std::to_string(B) + "-token blocks";
+    if (num_kda_ > 0)
+      note_ += ", a KDA checkpoint takes " + std::to_string(ckpt_blocks_) + " blocks (" + std::to_string((ckpt_blocks_ * bb_) >> 10) +
+               " KiB), one every " + (interval_ > 0 ? std::to_string(interval_) + " tokens of a long prefill" : std::string("prompt end only")) +
+               " and at each prompt's end";
+  }
 }
 
 std::int64_t kv_manager::blocks_needed(seq_id id, std::int64_t tokens) const {
@@ -82,7 +113,7 @@ std::int64_t kv_manager::blocks_needed(seq_id id, std::int64_t tokens) const {
 bool kv_manager::can_allocate(seq_id id, std::int64_t tokens) const {
   if (tokens > k_.max_model_len) return false;
   if (!has(id) && free_slots_.empty()) return false;
-  return blocks_needed(id, tokens) <= static_cast<std::int64_t>(free_blocks_.size());
+  return blocks_needed(id, tokens) <= available_blocks();
 }
 
 void kv_manager::point(seq& s) {
@@ -100,23 +131,60 @@ void kv_manager::point(seq& s) {
   }
 }
 
-model::sequence_state* kv_manager::allocate(seq_id id, std::int64_t tokens) {
+model::sequence_state* kv_manager::allocate(seq_id id, std::int64_t tokens, prefix_hit* hit, std::vector<state_copy>* restore) {
   auto it = seqs_.find(id);
   if (it != seqs_.end() && tokens <= k_.max_model_len &&
       (num_mla_ == 0 || static_cast<std::int64_t>(it->second.blocks.size()) * k_.block_size >= tokens))
     return &it->second.view; // fast path: a decode step inside the blocks it already holds
-  if (!can_allocate(id, tokens)) return nullptr;
-  if (it == seqs_.end()) {
-    seq s{-1, {}, model::sequence_state::view(c_, k_.block_size, k_.fp32_cache)};
-    s.slot = free_slots_.back();
-    free_slots_.pop_back();
-    // Not zeroed here: model::step zeroes the state of every sequence at position 0.
-    it = seqs_.emplace(id, std::move(s)).first;
+  if (tokens > k_.max_model_len) return nullptr;
+  if (it != seqs_.end()) {
+    const auto need = blocks_needed(id, tokens);
+    if (need > available_blocks()) return nullptr;
+    for (auto n = need; n > 0; --n) it->second.blocks.push_back(take_block());
+    point(it->second);
+    return &it->second.view;
   }
-  for (std::int64_t n = blocks_needed(id, tokens); n > 0; --n) {
-    it->second.blocks.push_back(free_blocks_.back());
-    free_blocks_.pop_back();
+  if (free_slots_.empty()) return nullptr;
+  // A hit's blocks and checkpoint are referenced first: they leave the LRU, so they can be
+  // neither evicted for this sequence's own new blocks nor counted as available.
+  const bool use_hit = hit && !hit->empty() && caching_;
+  if (use_hit) {
+    for (auto b : hit->blocks_) ref_block(b);
+    if (hit->has_checkpoint_) {
+      auto& c = checkpoints_.at(hit->checkpoint_);
+      if (c.ref++ == 0 && c.in_lru) lru_erase(true, hit->checkpoint_);
+    }
   }
+  const std::int64_t have = use_hit ? static_cast<std::int64_t>(hit->blocks_.size()) : 0;
+  const std::int64_t need = num_mla_ == 0 ? 0 : std::max<std::int64_t>(0, (tokens + k_.block_size - 1) / k_.block_size - have);
+  if (need > available_blocks()) {
+    if (use_hit) { // undo: nothing changed
+      for (auto b : hit->blocks_) unref_block(b);
+      if (hit->has_checkpoint_) {
+        auto& c = checkpoints_.at(hit->checkpoint_);
+        if (--c.ref == 0) lru_push(true, hit->checkpoint_);
+      }
+    }
+    return nullptr;
+  }
+  seq s{-1, {}, model::sequence_state::view(c_, k_.block_size, k_.fp32_cache), {}, {}, {}, {}};
+  s.slot = free_slots_.back();
+  free_slots_.pop_back();
+  // Not zeroed here: model::step zeroes the state of every sequence at position 0.
+  if (use_hit) {
+    s.blocks = std::move(hit->blocks_);
+    s.chain = std::move(hit->hashes_);
+    if (hit->has_checkpoint_) {
+      s.restoring = hit->checkpoint_;
+      if (restore) {
+        auto copies = slot_copies(s.slot, checkpoints_.at(hit->checkpoint_).blocks, false);
+        restore->insert(restore->end(), copies.begin(), copies.end());
+      }
+    }
+    *hit = prefix_hit{}; // consumed
+  }
+  for (auto n = need; n > 0; --n) s.blocks.push_back(take_block());
+  it = seqs_.emplace(id, std::move(s)).first;
   point(it->second);
   return &it->second.view;
 }
@@ -126,12 +194,235 @@ model::sequence_state* kv_manager::state(seq_id id) {
   return it == seqs_.end() ? nullptr : &it->second.view;
 }
 
-void kv_manager::release(seq_id id) {
+void kv_manager::release(seq_id id, std::span<const std::int32_t> tokens, std::int64_t computed) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  free_slots_.push_back(it->second.slot);
-  for (auto b : it->second.blocks) free_blocks_.push_back(b);
+  seq& s = it->second;
+  if (caching_ && !tokens.empty()) {
+    register_blocks(s, tokens, computed);
+    if (s.rolling) {
+      commit(s, std::move(*s.rolling));
+      s.rolling.reset();
+    }
+  }
+  if (s.rolling) free_checkpoint_blocks(s.rolling->blocks);
+  if (s.pending) free_checkpoint_blocks(s.pending->blocks); // its step never completed
+  if (s.restoring) {
+    auto& c = checkpoints_.at(*s.restoring);
+    if (--c.ref == 0) lru_push(true, *s.restoring);
+  }
+  free_slots_.push_back(s.slot);
+  for (auto b : s.blocks) unref_block(b);
   seqs_.erase(it);
+}
+
+// ---- prefix cache ------------------------------------------------------------------------------
+
+std::uint64_t kv_manager::chain_hash(std::uint64_t prev, std::span<const std::int32_t> block) noexcept {
+  auto mix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t h = mix(prev + 0x9e3779b97f4a7c15ull * (block.size() + 1));
+  for (auto t : block) h = mix(h ^ static_cast<std::uint32_t>(t));
+  return h;
+}
+
+void kv_manager::lru_push(bool is_checkpoint, std::uint64_t key) {
+  lru_.emplace_back(is_checkpoint, key);
+  if (is_checkpoint) {
+    auto& c = checkpoints_.at(key);
+    c.lru = std::prev(lru_.end());
+    c.in_lru = true;
+    lru_blocks_ += static_cast<std::int64_t>(c.blocks.size());
+  } else {
+    auto& m = meta_[static_cast<std::size_t>(key)];
+    m.lru = std::prev(lru_.end());
+    m.in_lru = true;
+    ++lru_blocks_;
+  }
+}
+
+void kv_manager::lru_erase(bool is_checkpoint, std::uint64_t key) {
+  if (is_checkpoint) {
+    auto& c = checkpoints_.at(key);
+    lru_.erase(c.lru);
+    c.in_lru = false;
+    lru_blocks_ -= static_cast<std::int64_t>(c.blocks.size());
+  } else {
+    auto& m = meta_[static_cast<std::size_t>(key)];
+    lru_.erase(m.lru);
+    m.in_lru = false;
+    --lru_blocks_;
+  }
+}
+
+void kv_manager::evict_one() {
+  const auto [is_checkpoint, key] = lru_.front();
+  lru_erase(is_checkpoint, key);
+  if (is_checkpoint) {
+    auto it = checkpoints_.find(key);
+    free_checkpoint_blocks(it->second.blocks);
+    checkpoints_.erase(it);
+  } else {
+    auto& m = meta_[static_cast<std::size_t>(key)];
+    cached_.erase(m.hash);
+    m.cached = false;
+    free_blocks_.push_back(static_cast<std::int32_t>(key));
+  }
+}
+
+std::int32_t kv_manager::take_block() {
+  while (free_blocks_.empty() && !lru_.empty()) evict_one();
+  if (free_blocks_.empty()) throw std::logic_error("kv_manager: no block to take (callers check available_blocks first)");
+  const auto b = free_blocks_.back();
+  free_blocks_.pop_back();
+  meta_[static_cast<std::size_t>(b)] = block_meta{};
+  meta_[static_cast<std::size_t>(b)].ref = 1;
+  return b;
+}
+
+void kv_manager::ref_block(std::int32_t b) {
+  auto& m = meta_[static_cast<std::size_t>(b)];
+  if (m.ref++ == 0 && m.in_lru) lru_erase(false, static_cast<std::uint64_t>(b));
+}
+
+void kv_manager::unref_block(std::int32_t b) {
+  auto& m = meta_[static_cast<std::size_t>(b)];
+  if (--m.ref > 0) return;
+  if (m.cached) lru_push(false, static_cast<std::uint64_t>(b));
+  else free_blocks_.push_back(b);
+}
+
+void kv_manager::free_checkpoint_blocks(std::vector<std::int32_t>& blocks) {
+  for (auto b : blocks) {
+    meta_[static_cast<std::size_t>(b)] = block_meta{};
+    free_blocks_.push_back(b);
+  }
+  ckpt_blocks_held_ -= static_cast<std::int64_t>(blocks.size());
+  blocks.clear();
+}
+
+void kv_manager::register_blocks(seq& s, std::span<const std::int32_t> tokens, std::int64_t computed) {
+  const auto B = static_cast<std::size_t>(k_.block_size);
+  const std::size_t full = std::min({static_cast<std::size_t>(std::max<std::int64_t>(0, computed)), tokens.size()}) / B;
+  for (std::size_t i = s.chain.size(); i < full && i < s.blocks.size(); ++i) {
+    const std::uint64_t h = chain_hash(i ? s.chain[i - 1] : 0, tokens.subspan(i * B, B));
+    s.chain.push_back(h);
+    auto& m = meta_[static_cast<std::size_t>(s.blocks[i])];
+    if (m.cached || cached_.count(h)) continue; // shared from a hit, or another sequence's copy is registered
+    cached_.emplace(h, s.blocks[i]);
+    m.cached = true;
+    m.hash = h;
+  }
+}
+
+void kv_manager::commit(seq& s, pending_checkpoint p) {
+  const auto idx = static_cast<std::size_t>(p.boundary / k_.block_size);
+  if (p.blocks.empty() || idx == 0 || idx > s.chain.size() || p.boundary % k_.block_size != 0) {
+    free_checkpoint_blocks(p.blocks);
+    return;
+  }
+  const auto h = s.chain[idx - 1];
+  if (checkpoints_.count(h)) { // this boundary is already kept
+    free_checkpoint_blocks(p.blocks);
+    return;
+  }
+  checkpoint c;
+  c.blocks = std::move(p.blocks);
+  checkpoints_.emplace(h, std::move(c));
+  lru_push(true, h);
+}
+
+std::vector<state_copy> kv_manager::slot_copies(int slot, const std::vector<std::int32_t>& blocks, bool to_blocks) const {
+  std::vector<state_copy> out;
+  if (!k_.backed) return out; // accounting only: nothing to move
+  const std::size_t per_slot = static_cast<std::size_t>(num_kda_) * (kda_floats_ + conv_floats_);
+  const std::size_t slot_region = per_slot * sizeof(float);
+  const std::size_t block_region = static_cast<std::size_t>(num_mla_) * block_elems_ * sizeof(bf16_t);
+  char* sp = reinterpret_cast<char*>(slots_ + static_cast<std::size_t>(slot) * per_slot);
+  std::size_t off = 0;
+  for (auto b : blocks) {
+    if (off >= slot_region) break;
+    const std::size_t n = std::min(block_region, slot_region - off);
+    char* bp = reinterpret_cast<char*>(blocks_ + static_cast<std::size_t>(b) * num_mla_ * block_elems_);
+    if (to_blocks) out.push_back({bp, sp + off, n});
+    else out.push_back({sp + off, bp, n});
+    off += n;
+  }
+  return out;
+}
+
+prefix_hit kv_manager::lookup(std::span<const std::int32_t> tokens) {
+  prefix_hit h;
+  if (!caching_ || tokens.size() < 2) return h;
+  const auto B = static_cast<std::size_t>(k_.block_size);
+  const std::size_t nb = (tokens.size() - 1) / B;
+  std::uint64_t prev = 0;
+  std::size_t best = 0;
+  for (std::size_t i = 0; i < nb; ++i) {
+    prev = chain_hash(prev, tokens.subspan(i * B, B));
+    const auto it = cached_.find(prev);
+    if (it == cached_.end()) break;
+    h.blocks_.push_back(it->second);
+    h.hashes_.push_back(prev);
+    if (num_kda_ == 0 || checkpoints_.count(prev)) best = i + 1;
+  }
+  h.blocks_.resize(best);
+  h.hashes_.resize(best);
+  if (best > 0 && num_kda_ > 0) {
+    h.has_checkpoint_ = true;
+    h.checkpoint_ = h.hashes_.back();
+  }
+  h.tokens_ = static_cast<std::int64_t>(best * B);
+  return h;
+}
+
+bool kv_manager::plan_checkpoint(seq_id id, std::int64_t boundary, bool keep, std::vector<state_copy>& after, std::int64_t reserve) {
+  if (!caching_ || ckpt_blocks_ == 0 || boundary <= 0 || boundary % k_.block_size != 0) return false;
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  seq& s = it->second;
+  if (s.pending) return false;
+  pending_checkpoint p;
+  p.boundary = boundary;
+  p.keep = keep;
+  if (!keep && s.rolling) { // rewrite the rolling checkpoint's storage in place
+    p.blocks = std::move(s.rolling->blocks);
+    s.rolling.reset();
+  } else {
+    if (ckpt_blocks_held_ + ckpt_blocks_ > ckpt_block_cap_ || available_blocks() < ckpt_blocks_ + reserve) return false;
+    for (std::int64_t n = 0; n < ckpt_blocks_; ++n) p.blocks.push_back(take_block());
+    ckpt_blocks_held_ += ckpt_blocks_;
+  }
+  auto copies = slot_copies(s.slot, p.blocks, true);
+  after.insert(after.end(), copies.begin(), copies.end());
+  s.pending = std::move(p);
+  return true;
+}
+
+void kv_manager::step_done(seq_id id, std::span<const std::int32_t> tokens, std::int64_t computed) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  seq& s = it->second;
+  if (s.restoring) { // the restore ran with this step
+    auto& c = checkpoints_.at(*s.restoring);
+    if (--c.ref == 0) lru_push(true, *s.restoring);
+    s.restoring.reset();
+  }
+  if (!caching_) return;
+  register_blocks(s, tokens, computed);
+  if (s.pending) {
+    auto p = std::move(*s.pending);
+    s.pending.reset();
+    if (p.keep) {
+      commit(s, std::move(p));
+    } else {
+      if (s.rolling) free_checkpoint_blocks(s.rolling->blocks);
+      s.rolling = std::move(p);
+    }
+  }
 }
 
 kv_usage kv_manager::usage() const {
@@ -139,10 +430,67 @@ kv_usage kv_manager::usage() const {
   u.num_slots = num_slots_;
   u.used_slots = num_slots_ - static_cast<int>(free_slots_.size());
   u.num_blocks = num_blocks_;
-  u.used_blocks = num_blocks_ - static_cast<std::int64_t>(free_blocks_.size());
+  u.used_blocks = num_blocks_ - static_cast<std::int64_t>(free_blocks_.size()) - lru_blocks_;
   u.slot_bytes = sb_;
   u.block_bytes = bb_;
+  u.cached_blocks = static_cast<std::int64_t>(cached_.size());
+  u.evictable_blocks = lru_blocks_;
+  u.checkpoints = static_cast<std::int64_t>(checkpoints_.size());
+  u.checkpoint_blocks = ckpt_blocks_held_;
   return u;
+}
+
+std::string kv_manager::audit() const {
+  // Every block is exactly one of: free, held by sequences (ref = holders), owned by a
+  // checkpoint (committed, pending or rolling), or cached and unreferenced (in the LRU).
+  std::vector<std::int32_t> holders(static_cast<std::size_t>(num_blocks_), 0), owner(static_cast<std::size_t>(num_blocks_), 0);
+  std::int64_t ckpt_blocks = 0;
+  for (const auto& [id, s] : seqs_) {
+    for (auto b : s.blocks) ++holders[static_cast<std::size_t>(b)];
+    for (const auto* p : {&s.pending, &s.rolling})
+      if (*p) {
+        for (auto b : (*p)->blocks) ++owner[static_cast<std::size_t>(b)];
+        ckpt_blocks += static_cast<std::int64_t>((*p)->blocks.size());
+      }
+    if (s.restoring && !checkpoints_.count(*s.restoring)) return "sequence " + std::to_string(id) + " restores a missing checkpoint";
+  }
+  std::int64_t lru_blocks = 0;
+  for (const auto& [h, c] : checkpoints_) {
+    for (auto b : c.blocks) ++owner[static_cast<std::size_t>(b)];
+    ckpt_blocks += static_cast<std::int64_t>(c.blocks.size());
+    std::int32_t refs = 0;
+    for (const auto& [id, s] : seqs_) refs += s.restoring && *s.restoring == h;
+    if (refs != c.ref) return "checkpoint ref " + std::to_string(c.ref) + " but " + std::to_string(refs) + " restoring";
+    if ((c.ref == 0) != c.in_lru) return "checkpoint with ref " + std::to_string(c.ref) + (c.in_lru ? " in" : " not in") + " the LRU";
+    if (c.in_lru) lru_blocks += static_cast<std::int64_t>(c.blocks.size());
+  }
+  if (ckpt_blocks != ckpt_blocks_held_) return "checkpoint blocks " + std::to_string(ckpt_blocks) + " != counter " + std::to_string(ckpt_blocks_held_);
+  std::vector<char> is_free(static_cast<std::size_t>(num_blocks_), 0);
+  for (auto b : free_blocks_) {
+    if (is_free[static_cast<std::size_t>(b)]++) return "block " + std::to_string(b) + " twice in the free list";
+  }
+  for (std::size_t b = 0; b < is_free.size(); ++b) {
+    const auto& m = meta_[b];
+    const int roles = (is_free[b] ? 1 : 0) + (holders[b] ? 1 : 0) + (owner[b] ? 1 : 0) + (m.in_lru ? 1 : 0);
+    if (roles != 1) return "block " + std::to_string(b) + " has " + std::to_string(roles) + " roles (free/held/checkpoint/lru)";
+    if (owner[b] > 1) return "block " + std::to_string(b) + " owned by two checkpoints";
+    if (holders[b] && m.ref != holders[b]) return "block " + std::to_string(b) + " ref " + std::to_string(m.ref) + " but " + std::to_string(holders[b]) + " holders";
+    if (m.in_lru) {
+      ++lru_blocks;
+      if (!m.cached) return "uncached block " + std::to_string(b) + " in the LRU";
+    }
+    if (m.cached) {
+      auto it = cached_.find(m.hash);
+      if (it == cached_.end() || it->second != static_cast<std::int32_t>(b)) return "block " + std::to_string(b) + " cached under a hash that maps elsewhere";
+    }
+  }
+  if (lru_blocks != lru_blocks_) return "LRU blocks " + std::to_string(lru_blocks) + " != counter " + std::to_string(lru_blocks_);
+  if (static_cast<std::size_t>(std::count_if(lru_.begin(), lru_.end(), [](const auto&) { return true; })) == 0 && lru_blocks_ != 0)
+    return "empty LRU with a block count";
+  for (const auto& [h, b] : cached_)
+    if (!meta_[static_cast<std::size_t>(b)].cached || meta_[static_cast<std::size_t>(b)].hash != h) return "hash map entry for an unregistered block";
+  if (static_cast<int>(free_slots_.size()) + static_cast<int>(seqs_.size()) != num_slots_) return "slots leaked";
+  return "";
 }
 
 } // namespace k3::engine

@@ -1,8 +1,9 @@
 #pragma once
-// KV-cache manager policy: two pools sized from one memory budget (spec model.md §13).
+// KV-cache manager policy: running sequences' state and the prefix cache, from one memory
+// budget (spec model.md §13).
 //
-//   KDA slots   fixed per sequence: for every KDA layer the fp32 recurrent state [H, dk, dv]
-//               and conv state [3, P, K−1]. One slot per running sequence.
+//   KDA slots   fixed per running sequence: for every KDA layer the fp32 recurrent state
+//               [H, dk, dv] and conv state [3, P, K−1], one contiguous region per slot.
 //   MLA blocks  paged latent rows: block b holds block_size rows of [c_kv | k_rot] for EVERY
 //               MLA layer (one block id, one row range, all layers), bf16.
 //
@@ -13,17 +14,42 @@
 // reports it; with max_num_seqs set it takes that many slots and gives the rest to blocks. Too
 // small a budget for even one sequence at max_model_len is an error naming both numbers.
 //
+// Prefix cache (kv_config::prefix_caching). Blocks are refcounted. A full block whose rows are
+// computed is registered under the chained hash of the tokens up to its end (hash of the
+// previous block's hash and its own tokens), and stays cached when no sequence holds it: such
+// blocks sit in one LRU and are evicted only when a free block is needed. KDA state cannot be
+// rebuilt from rows, so a hit also needs a *checkpoint*: a copy of a sequence's whole KDA slot
+// taken when its state stood exactly at a block boundary. Checkpoints are stored in MLA blocks
+// of the same pool (ceil(slot_bytes / block_bytes) blocks each) and share the LRU: one pool,
+// one free list, one eviction order. They are taken at
+//   - the last block boundary before the end of every prompt (the turn boundary the next turn
+//     of a session reuses), and every `checkpoint_interval` tokens of a long prefill (the
+//     scheduler ends a chunk exactly there);
+//   - the last block boundary a sequence crossed (a rolling checkpoint, rewritten every block
+//     of decode), registered when the sequence is released (finish, cancel, preemption), so
+//     the next turn can also reuse the generated part.
+// lookup() is two-stage: the longest chain of cached blocks, then the longest boundary within
+// it that has a checkpoint. The result is a prefix_hit, which owns nothing yet and can only be
+// consumed by allocate(): it takes the references on the blocks and the checkpoint together
+// and emits the copy that restores the state — a restore is never half done.
+//
+// Copies are data, not work: plan_checkpoint() and allocate() append state_copy segments
+// (destination, source, bytes inside the pools) that the executor runs before (restores) or
+// after (checkpoints) the step's forward pass, on the memory the pools live in.
+//
 // A sequence's blocks grow with its tokens (allocate() covers `tokens` rows); allocation can
-// fail normally (the scheduler preempts). release() returns the slot and all blocks. Each
-// allocation hands out a model::sequence_state view whose pointers go into the pools; a fresh
-// slot is not cleared here: model::step zeroes the state of a sequence at position 0 (on the
-// stream thread, off the scheduler's critical path). Plain class, single-threaded (owned by the
-// scheduler actor).
+// fail normally (the scheduler preempts). release() registers what the sequence computed, then
+// returns its slot and drops its block references. Each allocation hands out a
+// model::sequence_state view whose pointers go into the pools; a fresh slot is not cleared
+// here: model::step zeroes the state of a sequence at position 0. Plain class,
+// single-threaded (owned by the scheduler actor).
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,7 +62,7 @@ namespace k3::engine {
 
 struct kv_config {
   std::int64_t memory_bytes = 1ll << 30; ///< total for both pools
-  int block_size = 64;                   ///< MLA rows per block
+  int block_size = 64;                   ///< MLA rows per block (also the prefix cache's hash block)
   std::int64_t max_model_len = 8192;     ///< longest sequence (prompt + output) admitted
   int max_num_seqs = 0;                  ///< 0: derive from the budget
   bool fp32_cache = false;               ///< exact_fp32 models keep fp32 rows
@@ -52,12 +78,50 @@ struct kv_config {
   /// views hand out device pointers the GPU kernels use directly; nothing here dereferences
   /// pool memory.
   std::function<std::shared_ptr<void>(std::size_t bytes)> allocate = {};
+  /// Keep computed blocks and KDA checkpoints for reuse by later requests.
+  bool prefix_caching = false;
+  /// Tokens between KDA checkpoints inside one long prefill (a multiple of block_size);
+  /// 0: derived (a checkpoint costs no more than the MLA rows of its interval); < 0: none.
+  std::int64_t checkpoint_interval = 0;
+  /// Largest share of the blocks checkpoints may hold (the rest stays for rows).
+  double checkpoint_share = 0.5;
 };
 
 struct kv_usage {
   int num_slots = 0, used_slots = 0;
-  std::int64_t num_blocks = 0, used_blocks = 0;
+  std::int64_t num_blocks = 0, used_blocks = 0; ///< used: held by sequences or checkpoints, or cached
   std::int64_t slot_bytes = 0, block_bytes = 0;
+  std::int64_t cached_blocks = 0;       ///< registered row blocks (held or not)
+  std::int64_t evictable_blocks = 0;    ///< blocks no sequence holds, evicted on demand
+  std::int64_t checkpoints = 0, checkpoint_blocks = 0;
+};
+
+/// One copy inside the pools (device or host memory, as the pools are).
+struct state_copy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// What a lookup found: a prefix of `tokens()` whose rows and KDA state can be restored. Owns
+/// nothing and is consumed by kv_manager::allocate (the only way to use it).
+class prefix_hit {
+public:
+  prefix_hit() = default;
+  prefix_hit(prefix_hit&&) noexcept = default;
+  prefix_hit& operator=(prefix_hit&&) noexcept = default;
+  prefix_hit(const prefix_hit&) = delete;
+  prefix_hit& operator=(const prefix_hit&) = delete;
+  [[nodiscard]] std::int64_t tokens() const noexcept { return tokens_; }
+  [[nodiscard]] bool empty() const noexcept { return tokens_ == 0; }
+
+private:
+  friend class kv_manager;
+  std::vector<std::int32_t> blocks_;
+  std::vector<std::uint64_t> hashes_; // chain hash of each block
+  std::uint64_t checkpoint_ = 0;
+  bool has_checkpoint_ = false;
+  std::int64_t tokens_ = 0;
 };
 
 class kv_manager {
@@ -70,30 +134,92 @@ public:
   /// Bytes of one KDA slot and of one MLA block.
   [[nodiscard]] static std::int64_t slot_bytes(const model::model_config& c);
   [[nodiscard]] static std::int64_t block_bytes(const model::model_config& c, int block_size, bool fp32);
+  /// The prefix cache's chained block hash.
+  [[nodiscard]] static std::uint64_t chain_hash(std::uint64_t prev, std::span<const std::int32_t> block_tokens) noexcept;
 
   [[nodiscard]] bool has(seq_id id) const { return seqs_.count(id) != 0; }
   /// Blocks still needed for `id` (or a new sequence) to cover `tokens` rows.
   [[nodiscard]] std::int64_t blocks_needed(seq_id id, std::int64_t tokens) const;
   [[nodiscard]] bool can_allocate(seq_id id, std::int64_t tokens) const;
   /// Ensures `id` holds a slot and blocks for `tokens` rows; returns its state view, or nullptr
-  /// (nothing changed) when the pools cannot satisfy it.
-  model::sequence_state* allocate(seq_id id, std::int64_t tokens);
+  /// (nothing changed) when the pools cannot satisfy it. For a new sequence, `hit` (from
+  /// lookup(), consumed) starts it at hit->tokens(): its blocks are shared and the copies that
+  /// restore its KDA state are appended to `restore` (to run before the step).
+  model::sequence_state* allocate(seq_id id, std::int64_t tokens, prefix_hit* hit = nullptr, std::vector<state_copy>* restore = nullptr);
   [[nodiscard]] model::sequence_state* state(seq_id id);
-  /// Returns the slot and every block of `id` (no-op if it holds none).
-  void release(seq_id id);
+  /// Registers what `id` has computed (`tokens[0, computed)`), keeps its last boundary
+  /// checkpoint for reuse (prefix caching), then returns its slot and drops its blocks.
+  void release(seq_id id, std::span<const std::int32_t> tokens = {}, std::int64_t computed = 0);
+
+  // ---- prefix cache ----
+  [[nodiscard]] bool caching() const noexcept { return caching_; }
+  /// The longest cached prefix of `tokens` usable by a new sequence (at most size − 1 tokens:
+  /// one token is always computed, for its logits).
+  [[nodiscard]] prefix_hit lookup(std::span<const std::int32_t> tokens);
+  /// After the coming step, `id`'s state stands at `boundary` (a multiple of block_size):
+  /// copy it into a checkpoint (copies appended to `after`). `keep`: registered as soon as the
+  /// step is done (turn boundaries, intervals); otherwise it replaces the sequence's rolling
+  /// checkpoint. False (nothing planned) when the checkpoints' share of the pool is full or
+  /// taking the blocks would leave fewer than `reserve` available for the running sequences.
+  bool plan_checkpoint(seq_id id, std::int64_t boundary, bool keep, std::vector<state_copy>& after, std::int64_t reserve = 0);
+  /// The step ran: `tokens[0, computed)` of `id` are in its rows and state. Registers full
+  /// blocks, commits planned checkpoints, drops the references a restore held.
+  void step_done(seq_id id, std::span<const std::int32_t> tokens, std::int64_t computed);
+  /// Tokens between interval checkpoints (0: none), as configured or derived.
+  [[nodiscard]] std::int64_t checkpoint_interval() const noexcept { return interval_; }
+  /// Blocks one checkpoint takes.
+  [[nodiscard]] std::int64_t checkpoint_blocks() const noexcept { return ckpt_blocks_; }
 
   [[nodiscard]] kv_usage usage() const;
   [[nodiscard]] int max_num_seqs() const noexcept { return num_slots_; }
   [[nodiscard]] const std::string& sizing_note() const noexcept { return note_; }
   [[nodiscard]] const kv_config& config() const noexcept { return k_; }
+  /// Consistency of every count (tests; O(pool)): empty when sound, else what is wrong.
+  [[nodiscard]] std::string audit() const;
 
 private:
+  struct pending_checkpoint {
+    std::vector<std::int32_t> blocks;
+    std::int64_t boundary = 0;
+    bool keep = false;
+  };
   struct seq {
     int slot = -1;
     std::vector<std::int32_t> blocks;
     model::sequence_state view;
+    std::vector<std::uint64_t> chain;            // hashes of its full computed blocks
+    std::optional<pending_checkpoint> pending;   // planned this step
+    std::optional<pending_checkpoint> rolling;   // its last boundary (registered at release)
+    std::optional<std::uint64_t> restoring;      // checkpoint held until the restore has run
   };
+  struct block_meta {
+    std::int32_t ref = 0;    // sequences holding it (checkpoint storage: 1, owned by the checkpoint)
+    std::uint64_t hash = 0;  // registered under this hash (cached == true)
+    bool cached = false;
+    bool in_lru = false;
+    std::list<std::pair<bool, std::uint64_t>>::iterator lru;
+  };
+  struct checkpoint {
+    std::vector<std::int32_t> blocks;
+    std::int32_t ref = 0;
+    bool in_lru = false;
+    std::list<std::pair<bool, std::uint64_t>>::iterator lru;
+  };
+
   void point(seq& s);
+  std::int32_t take_block();                 // free list, else evict the least recently used
+  void unref_block(std::int32_t b);
+  void ref_block(std::int32_t b);
+  void lru_push(bool is_checkpoint, std::uint64_t key);
+  void lru_erase(bool is_checkpoint, std::uint64_t key);
+  void evict_one();
+  void free_checkpoint_blocks(std::vector<std::int32_t>& blocks);
+  void commit(seq& s, pending_checkpoint p); // register as a checkpoint under its chain hash
+  void register_blocks(seq& s, std::span<const std::int32_t> tokens, std::int64_t computed);
+  std::vector<state_copy> slot_copies(int slot, const std::vector<std::int32_t>& blocks, bool to_blocks) const;
+  [[nodiscard]] std::int64_t available_blocks() const noexcept {
+    return static_cast<std::int64_t>(free_blocks_.size()) + lru_blocks_;
+  }
 
   model::model_config c_;
   kv_config k_;
@@ -112,6 +238,14 @@ private:
   std::vector<std::int32_t> free_blocks_;
   std::unordered_map<seq_id, seq> seqs_;
   std::string note_;
+  // prefix cache
+  bool caching_ = false;
+  std::int64_t interval_ = 0, ckpt_blocks_ = 0, ckpt_block_cap_ = 0;
+  std::vector<block_meta> meta_;
+  std::unordered_map<std::uint64_t, std::int32_t> cached_;      // chain hash → row block
+  std::unordered_map<std::uint64_t, checkpoint> checkpoints_;   // chain hash at its boundary → checkpoint
+  std::list<std::pair<bool, std::uint64_t>> lru_;               // (is checkpoint, block id or hash), oldest first
+  std::int64_t lru_blocks_ = 0, ckpt_blocks_held_ = 0;
 };
 
 } // namespace k3::engine

@@ -43,6 +43,7 @@ errc scheduler::submit(request_spec spec, std::string* why) {
   if (spec.grammar) r.matcher = std::make_unique<grammar::matcher>(spec.grammar);
   const auto id = spec.id;
   waiting_tokens_ += static_cast<std::int64_t>(spec.prompt.size());
+  r.turn_end = (static_cast<std::int64_t>(spec.prompt.size()) - 1) / kv_.config().block_size * kv_.config().block_size;
   r.spec = std::move(spec);
   auto& stored = recs_.emplace(id, std::move(r)).first->second;
   waiting_.push_back(&stored);
@@ -64,7 +65,7 @@ bool scheduler::cancel(request_id id) {
 
 std::vector<token_event> scheduler::take_cancelled() { return std::exchange(cancelled_events_, {}); }
 
-void scheduler::finish(request_id id) {
+void scheduler::finish(request_id id, bool cache) {
   auto it = recs_.find(id);
   if (it == recs_.end()) return;
   record* rec = &it->second;
@@ -74,12 +75,13 @@ void scheduler::finish(request_id id) {
     waiting_.erase(w);
     waiting_tokens_ -= static_cast<std::int64_t>(it->second.tokens.size());
   }
-  kv_.release(id);
+  if (cache) kv_.release(id, rec->tokens, rec->computed);
+  else kv_.release(id);
   recs_.erase(it);
 }
 
 void scheduler::preempt(record* r, batch_plan& plan) {
-  kv_.release(r->spec.id);
+  kv_.release(r->spec.id, r->tokens, r->computed); // what it computed stays cached for its return
   r->computed = 0;
   r->running = false;
   running_.erase(std::find(running_.begin(), running_.end(), r));
@@ -96,6 +98,38 @@ std::deque<scheduler::record*>::iterator scheduler::next_waiting() {
   });
 }
 
+std::int64_t scheduler::chunk(const record& r, std::int64_t start, std::int64_t n) const {
+  if (!kv_.caching() || n <= 1) return n;
+  const std::int64_t end = start + n;
+  // The turn boundary first: the next turn of a session resumes there.
+  if (r.turn_end > start && r.turn_end < end) return r.turn_end - start;
+  if (const auto iv = kv_.checkpoint_interval(); iv > 0) {
+    const std::int64_t last = end / iv * iv; // the furthest interval boundary this chunk reaches
+    if (last > start && last < end && last < r.turn_end) return last - start;
+  }
+  return n;
+}
+
+void scheduler::plan_checkpoints(batch_plan& plan) {
+  if (!kv_.caching() || kv_.checkpoint_blocks() == 0) return;
+  const int B = kv_.config().block_size;
+  const auto iv = kv_.checkpoint_interval();
+  // Checkpoints never take the blocks running sequences need next: one per running sequence
+  // stays available (a decode step grows a sequence by at most one block).
+  const auto reserve = static_cast<std::int64_t>(running_.size());
+  for (const auto& e : plan.entries) {
+    const auto& r = recs_.at(e.id);
+    const std::int64_t end = e.position + static_cast<std::int64_t>(e.tokens.size());
+    if (end % B != 0) continue;
+    const bool keep = end == r.turn_end || (iv > 0 && end % iv == 0 && end < r.turn_end);
+    // Past the turn boundary (generation, or a prompt's final partial block) the state is
+    // kept as the sequence's rolling checkpoint, committed when it is released.
+    if (!keep && end < r.turn_end) continue;
+    if (kv_.plan_checkpoint(e.id, end, keep, plan.copies_after, reserve)) ++stats_.checkpoints_planned;
+    else ++stats_.checkpoints_skipped;
+  }
+}
+
 batch_plan scheduler::schedule() {
   if (in_flight_) throw std::logic_error("scheduler::schedule called with a step in flight");
   batch_plan plan;
@@ -109,7 +143,7 @@ batch_plan scheduler::schedule() {
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     record* r = running_[i];
     const request_id id = r->spec.id;
-    const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - r->computed, budget);
+    const std::int64_t n = chunk(*r, r->computed, std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - r->computed, budget));
     model::sequence_state* st = kv_.allocate(id, r->computed + n);
     bool self_preempted = false;
     while (!st) {
@@ -134,10 +168,23 @@ batch_plan scheduler::schedule() {
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
       const auto w = next_waiting();
       record* r = *w;
-      const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - r->computed, budget);
-      auto* st = kv_.allocate(r->spec.id, r->computed + n);
+      // A prefix hit starts the request at its boundary; only what follows is computed.
+      prefix_hit hit;
+      if (kv_.caching() && r->computed == 0) {
+        hit = kv_.lookup(r->tokens);
+        stats_.prefix_queries += static_cast<std::int64_t>(r->tokens.size());
+      }
+      const std::int64_t start = hit.tokens();
+      const std::int64_t n = chunk(*r, start, std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - start, budget));
+      auto* st = kv_.allocate(r->spec.id, start + n, &hit, &plan.copies_before);
       if (!st) break;
-      st->pos = r->computed; // 0: a fresh slot (recompute after preemption starts over)
+      if (start > 0) {
+        stats_.prefix_hits += start;
+        ++stats_.restores;
+      }
+      if (r->cached < 0) r->cached = start;
+      r->computed = start;
+      st->pos = start; // 0: a fresh slot (recompute after preemption starts over, or resumes at a hit)
       waiting_.erase(w);
       waiting_tokens_ -= static_cast<std::int64_t>(r->tokens.size());
       r->running = true;
@@ -167,6 +214,7 @@ batch_plan scheduler::schedule() {
     plan.entries.push_back(e);
     plan.num_tokens += n;
   }
+  plan_checkpoints(plan);
   if (!plan.empty()) {
     in_flight_ = true;
     ++stats_.steps;
@@ -183,7 +231,7 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     for (const auto& e : plan.entries) {
       if (!recs_.count(e.id)) continue;
       events.push_back(token_event::ending(e.id, "error", res.error, res.message));
-      finish(e.id);
+      finish(e.id, false);
       ++stats_.requests_finished;
     }
     cancel_in_flight_.clear();
@@ -198,6 +246,7 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     if (it == recs_.end()) continue;
     auto& r = it->second;
     r.computed += static_cast<std::int64_t>(e.tokens.size());
+    kv_.step_done(e.id, r.tokens, r.computed); // registers full blocks, commits checkpoints
     if (r.cancelled || !e.sample) continue;
     r.tokens.push_back(tok);
     ++r.num_output;
@@ -205,6 +254,7 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     token_event ev;
     ev.id = e.id;
     ev.token = tok;
+    ev.cached_tokens = std::max<std::int64_t>(0, r.cached);
     if (ri < res.logprobs.size()) ev.logprob = res.logprobs[ri];
     if (ri < res.tops.size()) ev.top = res.tops[ri];
     bool grammar_done = false;

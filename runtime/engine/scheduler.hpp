@@ -23,6 +23,16 @@
 // Exactly one plan may be in flight: schedule() → executor → apply(). cancel() during a step
 // takes effect in apply() (the step still reads the request's tokens and state).
 //
+// Prefix caching (when the KV manager caches): a request admitted with nothing computed first
+// looks up the longest cached prefix of its tokens; a hit starts it there (the copies that
+// restore its KDA state run before the step, plan.copies_before) and only the rest counts
+// against the token budget. Prefill chunks are cut to end exactly at the prompt's turn
+// boundary (its last full block before the final token) and at every checkpoint interval, so
+// the KDA state stands at those boundaries after the step and is checkpointed
+// (plan.copies_after); a running sequence also keeps a rolling checkpoint of the last block
+// boundary it crossed. finish, cancel and preemption release references but leave what was
+// computed cached; a failed step's state is never cached.
+//
 // Single-threaded: owned by the scheduler actor (or a test loop).
 
 #include <cstdint>
@@ -82,6 +92,9 @@ struct batch_plan {
   std::vector<scheduled_entry> entries;
   std::vector<request_id> preempted;
   std::int64_t num_tokens = 0;
+  /// Copies inside the KV pools: KDA state restores before the forward pass, checkpoints after
+  /// it (the executor runs them on the memory the pools live in, in order).
+  std::vector<state_copy> copies_before, copies_after;
   [[nodiscard]] bool empty() const noexcept { return entries.empty(); }
 };
 
@@ -105,6 +118,8 @@ struct token_event {
   std::string finish_reason; ///< "stop", "length", "cancelled", "error"
   errc error = errc::none;
   std::string message;
+  /// Prompt tokens served from the prefix cache at the request's first admission.
+  std::int64_t cached_tokens = 0;
 
   /// An event that only ends request `id` (no token): cancellation, failure, shutdown.
   [[nodiscard]] static token_event ending(request_id id, std::string reason, errc e, std::string msg) {
@@ -120,6 +135,9 @@ struct token_event {
 
 struct scheduler_stats {
   std::int64_t steps = 0, preemptions = 0, tokens_scheduled = 0, requests_finished = 0;
+  /// Prefix cache, in tokens (vLLM's counters): looked up at each admission / found cached.
+  std::int64_t prefix_queries = 0, prefix_hits = 0;
+  std::int64_t checkpoints_planned = 0, checkpoints_skipped = 0, restores = 0;
 };
 
 class scheduler {
@@ -159,9 +177,15 @@ private:
     bool cancelled = false;
     std::unique_ptr<sampling::sampler> sampler;
     std::unique_ptr<grammar::matcher> matcher; ///< kept across preemption: output tokens stay
+    std::int64_t cached = -1;   ///< prefix-cache hit at the first admission (-1: not admitted yet)
+    std::int64_t turn_end = 0;  ///< the prompt's last block boundary before its final token
   };
   void preempt(record* r, batch_plan& plan);
-  void finish(request_id id);
+  /// Ends a record; `cache`: what it computed stays in the prefix cache (not after a failed step).
+  void finish(request_id id, bool cache = true);
+  /// New tokens for `r` from `start`, at most `n`, cut to end at a checkpoint boundary.
+  [[nodiscard]] std::int64_t chunk(const record& r, std::int64_t start, std::int64_t n) const;
+  void plan_checkpoints(batch_plan& plan);
   std::deque<record*>::iterator next_waiting();
 
   scheduler_config cfg_;

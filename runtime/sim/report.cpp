@@ -160,6 +160,22 @@ std::string text_report(const report_input& in) {
            fmt("%.0f%%", 100 * last.peak_slots_used) + " of KDA slots, " + fmt("%.0f%%", 100 * last.peak_blocks_used) + " of MLA blocks\n";
   }
   s += "  KV pools per replica: " + last.kv_note + "\n";
+  if (in.workload->k == workload_spec::kind::sessions) {
+    s += "  prefix cache (turns >= 2: cached tokens / tokens shared with the session's previous prompt):\n";
+    for (const auto& pt : in.points) {
+      const auto& r = pt.r;
+      s += "    " + pt.label + ": hit ratio " + fmt("%.3f", r.prefix_hit_ratio) + ", cached " + fmt("%.1f%%", r.prompt_tokens ? 100.0 * double(r.cached_tokens) / double(r.prompt_tokens) : 0.0) +
+           " of prompt tokens, TTFT turns >= 2 p50/p99 " + ms(r.ttft_later.p50) + "/" + ms(r.ttft_later.p99) + " ms, peak checkpoint memory " +
+           fmt("%.2f GiB", r.peak_checkpoint_bytes / 1073741824.0) + " per GPU\n";
+    }
+    const auto& on = in.points.front().r;
+    if (on.prefix_caching && on.checkpoint_bytes > 0)
+      s += "  a KDA checkpoint costs " + fmt("%.1f MiB", on.checkpoint_bytes / 1048576.0) + " per GPU (the state of one sequence, in pool blocks); one every " +
+           (on.checkpoint_interval > 0 ? std::to_string(on.checkpoint_interval) + " tokens of a long prefill" : std::string("prompt end only")) +
+           " and at each prompt's turn boundary\n";
+    if (in.points.size() == 2 && in.points[0].r.ttft_later.mean > 0)
+      s += "  TTFT turns >= 2, mean: " + fmt("%.1fx", in.points[1].r.ttft_later.mean / in.points[0].r.ttft_later.mean) + " lower with the cache\n";
+  }
   if (p.dp > 1) s += "  " + std::to_string(p.dp) + " attention replicas simulated, coupled through the MoE token count (or shared shard actors)\n";
   if (p.pp > 1)
     s += "  pipeline: " + std::to_string(in.cost->params().pp_microbatches) + " micro-batch(es) in flight through " + std::to_string(p.pp) +
@@ -222,6 +238,10 @@ std::string json_report(const report_input& in) {
          ", \"output_throughput\": " + num(r.output_throughput) + ", \"total_throughput\": " + num(r.total_throughput) + ", \"goodput\": " +
          num(r.goodput) + ", \"ttft\": " + stats_json(r.ttft) + ", \"tpot\": " + stats_json(r.tpot) + ", \"itl\": " + stats_json(r.itl) +
          ", \"e2e\": " + stats_json(r.e2e) + ", \"steps\": " + std::to_string(r.steps) + ", \"preemptions\": " + std::to_string(r.preemptions) +
+         ", \"prefix_caching\": " + (r.prefix_caching ? "true" : "false") + ", \"prompt_tokens\": " + std::to_string(r.prompt_tokens) +
+         ", \"cached_tokens\": " + std::to_string(r.cached_tokens) + ", \"prefix_hit_ratio\": " + num(r.prefix_hit_ratio) +
+         ", \"ttft_turns_after_first\": " + stats_json(r.ttft_later) + ", \"checkpoint_bytes_per_gpu\": " + num(r.checkpoint_bytes) +
+         ", \"peak_checkpoint_bytes_per_gpu\": " + num(r.peak_checkpoint_bytes) +
          ", \"mean_batch_tokens\": " + num(r.mean_batch_tokens) + ", \"mean_running\": " + num(r.mean_running) + ", \"kv_slots_per_replica\": " +
          std::to_string(r.slots_per_replica) + ", \"kv_blocks_per_replica\": " + std::to_string(r.blocks_per_replica) + ", \"peak_slots_used\": " +
          num(r.peak_slots_used) + ", \"peak_blocks_used\": " + num(r.peak_blocks_used) + ", \"busy_s\": {\"trunk\": " + num(r.busy.trunk) +

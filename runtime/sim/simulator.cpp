@@ -103,7 +103,18 @@ struct live {
   double arrival = 0, first = -1, last = -1;
   std::int64_t input = 0, out = 0;
   int replica = 0;
+  int session = -1, turn = 0;       ///< sessions workload
+  std::int64_t cached = 0, shared = 0;
 };
+
+/// Token id `p` of session `s`: distinct per session (a session's prefix is its own), the same
+/// on every platform.
+std::int32_t session_token(std::uint64_t s, std::size_t p) {
+  std::uint64_t z = (s + 1) * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(p) * 0xD1B54A32D192ED03ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<std::int32_t>((z ^ (z >> 31)) % 100000u) + 2;
+}
 
 } // namespace
 
@@ -120,6 +131,8 @@ replica_config make_replica_config(const cost_model& cm, const memory_plan& mp, 
   kc.slot_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mp.state_per_seq)));
   kc.block_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mp.kv_per_token * c.block_size)));
   kc.backed = false;
+  kc.prefix_caching = o.prefix_caching;
+  kc.checkpoint_interval = o.checkpoint_interval;
   const std::int64_t one_seq_blocks = m.n_mla > 0 ? (p.max_model_len + c.block_size - 1) / c.block_size * kc.block_bytes : 0;
   const std::int64_t slot_cap = (kc.memory_bytes - one_seq_blocks) / kc.slot_bytes;
   int want = o.max_num_seqs > 0 ? o.max_num_seqs : (p.max_num_seqs > 0 ? p.max_num_seqs : 256);
@@ -194,6 +207,9 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
     r.sched = std::make_unique<engine::scheduler>(sc, *r.kv);
   }
   res.kv_note += reps[0].kv->sizing_note();
+  res.prefix_caching = reps[0].kv->caching();
+  res.checkpoint_bytes = static_cast<double>(reps[0].kv->checkpoint_blocks() * reps[0].kv->usage().block_bytes);
+  res.checkpoint_interval = reps[0].kv->checkpoint_interval();
   res.slots_per_replica = reps[0].kv->usage().num_slots;
   res.blocks_per_replica = reps[0].kv->usage().num_blocks;
 
@@ -231,11 +247,30 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
     r.busy = true;
     done.emplace(now + cost.total, static_cast<int>(ri));
   };
+  // Sessions: each session's tokens so far; a turn's prompt is all of them.
+  const bool sessions = w.k == workload_spec::kind::sessions;
+  struct session_state {
+    std::vector<std::int32_t> tokens;
+    int turn = 0;
+    std::int64_t prev_prompt = 0;
+    std::size_t replica = 0; // sessions stay on one replica (their cache is there)
+  };
+  std::vector<session_state> sess;
+  using session_arrival = std::pair<double, int>;
+  std::priority_queue<session_arrival, std::vector<session_arrival>, std::greater<>> sess_arrivals;
+  std::vector<double> ttft_later;
+  int current_session = -1; // set while a session's turn is submitted
   auto submit = [&](const workload_source::request& q) {
-    const std::size_t ri = least_loaded();
+    std::size_t ri = least_loaded();
     engine::request_spec spec;
     spec.id = next_id++;
-    spec.prompt.assign(static_cast<std::size_t>(q.input), 1);
+    if (current_session >= 0) {
+      auto& ss = sess[static_cast<std::size_t>(current_session)];
+      ri = ss.replica;
+      spec.prompt = ss.tokens;
+    } else {
+      spec.prompt.assign(static_cast<std::size_t>(q.input), 1);
+    }
     spec.max_tokens = static_cast<int>(std::min<std::int64_t>(q.output, 1 << 30));
     spec.ignore_eos = true;
     ++res.submitted;
@@ -246,7 +281,14 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
       if (o.keep_requests) res.requests.push_back({next_id - 1, static_cast<int>(ri), q.arrival, -1, -1, q.input, 0, why});
       return false;
     }
-    reqs.emplace(next_id - 1, live{q.arrival, -1, -1, q.input, 0, static_cast<int>(ri)});
+    live lv{q.arrival, -1, -1, q.input, 0, static_cast<int>(ri)};
+    if (current_session >= 0) {
+      const auto& ss = sess[static_cast<std::size_t>(current_session)];
+      lv.session = current_session;
+      lv.turn = ss.turn;
+      lv.shared = ss.turn > 0 ? ss.prev_prompt : 0;
+    }
+    reqs.emplace(next_id - 1, lv);
     ++reps[ri].outstanding;
     start_step(ri, q.arrival);
     return true;
@@ -263,6 +305,8 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
       pt.blocks_used += u.num_blocks ? double(u.used_blocks) / double(u.num_blocks) / double(reps.size()) : 0;
     }
     res.peak_slots_used = std::max(res.peak_slots_used, pt.slots_used);
+    for (const auto& r : reps)
+      res.peak_checkpoint_bytes = std::max(res.peak_checkpoint_bytes, static_cast<double>(r.kv->usage().checkpoint_blocks * r.kv->usage().block_bytes));
     res.peak_blocks_used = std::max(res.peak_blocks_used, pt.blocks_used);
     res.series.push_back(pt);
     if (static_cast<int>(res.series.size()) >= 2 * o.series_points) { // thin out, double the stride
@@ -284,6 +328,15 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
       while (!submit(q)) // a rejected request frees its client at once
         if (!src.next(q, 0)) break;
     }
+  } else if (sessions) {
+    // Every session's first turn arrives at once; its prompt is its own prefix.
+    sess.resize(static_cast<std::size_t>(w.sessions));
+    for (std::size_t s = 0; s < sess.size(); ++s) {
+      const auto n = src.draw(w.input);
+      for (std::int64_t i = 0; i < n; ++i) sess[s].tokens.push_back(session_token(s, static_cast<std::size_t>(i)));
+      sess[s].replica = s % reps.size();
+      sess_arrivals.emplace(0.0, static_cast<int>(s));
+    }
   } else {
     have_pending = src.next(pending);
   }
@@ -291,6 +344,19 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   std::vector<engine::token_event> events;
   while (true) {
     const double t_done = done.empty() ? INFINITY : done.top().first;
+    const double t_sess = sess_arrivals.empty() ? INFINITY : sess_arrivals.top().first;
+    if (t_sess <= t_done && t_sess != INFINITY) {
+      const auto [at, si] = sess_arrivals.top();
+      sess_arrivals.pop();
+      workload_source::request q;
+      q.arrival = at;
+      q.input = static_cast<std::int64_t>(sess[static_cast<std::size_t>(si)].tokens.size());
+      q.output = src.draw(w.output);
+      current_session = si;
+      submit(q);
+      current_session = -1;
+      continue;
+    }
     const double t_arr = have_pending ? pending.arrival : INFINITY;
     if (t_done == INFINITY && t_arr == INFINITY) break;
     if (t_arr <= t_done) {
@@ -311,7 +377,10 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
       auto& q = it->second;
       if (ev.token >= 0) {
         ++q.out;
-        if (q.first < 0) q.first = now;
+        if (q.first < 0) {
+          q.first = now;
+          q.cached = ev.cached_tokens;
+        }
         else itl.add(now - q.last);
         q.last = now;
       }
@@ -323,6 +392,23 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
       if (q.out > 1) {
         tp = (now - q.first) / double(q.out - 1);
         tpot.push_back(tp);
+      }
+      res.prompt_tokens += q.input;
+      res.cached_tokens += q.cached;
+      if (q.session >= 0) {
+        auto& ss = sess[static_cast<std::size_t>(q.session)];
+        if (q.turn > 0) {
+          ttft_later.push_back(tt);
+          res.shared_tokens += q.shared;
+        }
+        // The next turn: the reply as the client echoes it and new tokens, after the tool gap.
+        ss.prev_prompt = q.input;
+        if (++ss.turn < w.turns && ev.error == engine::errc::none) {
+          const auto add = q.out + src.draw(w.increment);
+          const auto key = static_cast<std::uint64_t>(q.session);
+          for (std::int64_t i = 0; i < add; ++i) ss.tokens.push_back(session_token(key, ss.tokens.size()));
+          sess_arrivals.emplace(now + w.tool_gap, q.session);
+        }
       }
       if (ev.error == engine::errc::none && tt <= o.slo_ttft && tp <= o.slo_tpot) ++good;
       out_tokens += q.out;
@@ -357,6 +443,10 @@ sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_
   res.tpot = exact_stats(tpot);
   res.e2e = exact_stats(e2e);
   res.itl = itl.stats();
+  res.ttft_later = exact_stats(ttft_later);
+  // Cached tokens of turns >= 2 over what they share with the previous prompt; first turns
+  // share nothing (a session's prefix is its own), so the totals are the turns >= 2 figures.
+  if (res.shared_tokens > 0) res.prefix_hit_ratio = static_cast<double>(res.cached_tokens) / static_cast<double>(res.shared_tokens);
   if (res.steps > 0) {
     res.mean_batch_tokens = batch_tokens_sum / double(res.steps);
     res.mean_running = running_sum / double(res.steps);

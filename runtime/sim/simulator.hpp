@@ -30,6 +30,8 @@ struct sim_options {
   bool keep_requests = false; ///< per-request records (CSV output)
   int max_num_seqs = 0;    ///< per replica; 0: the plan's, else 256 (vLLM's default), clamped to the KDA slots
   int max_waiting_requests = 1 << 20;
+  bool prefix_caching = false;          ///< the production prefix cache (kv_manager), on the plan's pools
+  std::int64_t checkpoint_interval = 0; ///< KDA checkpoint interval, tokens (0: derived, < 0: prompt ends only)
 };
 
 struct latency_stats {
@@ -66,6 +68,15 @@ struct sim_result {
   std::int64_t blocks_per_replica = 0;
   double peak_slots_used = 0, peak_blocks_used = 0;
   std::string kv_note;
+  // Prefix cache (sessions workloads report the hit ratio against what each turn shares with
+  // the session's previous prompt).
+  bool prefix_caching = false;
+  std::int64_t prompt_tokens = 0, cached_tokens = 0, shared_tokens = 0;
+  double prefix_hit_ratio = 0;     ///< cached / shared, turns >= 2
+  latency_stats ttft_later;        ///< TTFT of turns >= 2 (sessions)
+  double checkpoint_bytes = 0;     ///< one KDA checkpoint, per GPU (its pool blocks)
+  double peak_checkpoint_bytes = 0;///< most checkpoint memory held at once, per GPU
+  std::int64_t checkpoint_interval = 0;
 };
 
 [[nodiscard]] sim_result simulate(const cost_model& cm, const memory_plan& mp, const workload_spec& w, const sim_options& o);

@@ -139,16 +139,21 @@ std::string workload_spec::describe() const {
   case kind::fixed_rate: std::snprintf(buf, sizeof buf, "fixed rate %.3g req/s", rate); break;
   case kind::closed: std::snprintf(buf, sizeof buf, "closed loop, %d concurrent", concurrency); break;
   case kind::trace: std::snprintf(buf, sizeof buf, "trace %s (%zu rows, speed %.3g)", trace_file.c_str(), trace.size(), trace_speed); break;
+  case kind::sessions:
+    std::snprintf(buf, sizeof buf, "%d agent sessions x %d turns, +%s tokens per turn, tool gap %.3g s", sessions, turns,
+                  increment.describe().c_str(), tool_gap);
+    break;
   }
   std::string s = buf;
   if (k != kind::trace) s += ", input " + input.describe() + ", output " + output.describe();
+  if (k == kind::sessions) return s;
   return s + ", " + std::to_string(num_requests) + " requests";
 }
 
 workload_spec parse_workload(std::string_view sv, workload_spec w) {
   const std::string s(sv);
   const auto c = s.find(':');
-  if (c == std::string::npos) throw sim_error("--workload " + s + ": expected poisson:RATE, rate:RATE, closed:N or trace:FILE");
+  if (c == std::string::npos) throw sim_error("--workload " + s + ": expected poisson:RATE, rate:RATE, closed:N, trace:FILE or sessions:S:TURNS");
   const std::string kind = s.substr(0, c), arg = s.substr(c + 1);
   if (kind == "poisson" || kind == "rate") {
     w.k = kind == "poisson" ? workload_spec::kind::poisson : workload_spec::kind::fixed_rate;
@@ -159,12 +164,21 @@ workload_spec parse_workload(std::string_view sv, workload_spec w) {
     const double n = to_double(arg, "--workload " + s);
     if (!(n >= 1 && n <= 1e7) || n != std::floor(n)) throw sim_error("--workload " + s + ": concurrency must be a positive integer");
     w.concurrency = static_cast<int>(n);
+  } else if (kind == "sessions") {
+    w.k = workload_spec::kind::sessions;
+    const auto colon = arg.find(':');
+    const double sn = to_double(arg.substr(0, colon), "--workload " + s);
+    const double tn = colon == std::string::npos ? 1 : to_double(arg.substr(colon + 1), "--workload " + s);
+    if (!(sn >= 1 && sn <= 1e6) || sn != std::floor(sn) || !(tn >= 1 && tn <= 1e6) || tn != std::floor(tn))
+      throw sim_error("--workload " + s + ": expected sessions:S:TURNS with positive integers");
+    w.sessions = static_cast<int>(sn);
+    w.turns = static_cast<int>(tn);
   } else if (kind == "trace") {
     w.k = workload_spec::kind::trace;
     w.trace_file = arg;
     w.trace = parse_azure_trace(read_text_file(arg, "trace"), arg);
   } else {
-    throw sim_error("--workload " + s + ": unknown kind '" + kind + "' (poisson, rate, closed, trace)");
+    throw sim_error("--workload " + s + ": unknown kind '" + kind + "' (poisson, rate, closed, trace, sessions)");
   }
   return w;
 }

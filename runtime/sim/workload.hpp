@@ -7,6 +7,11 @@
 //   --workload trace:FILE       Azure LLM-inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens;
 //                               TIMESTAMP as "2023-11-16 18:15:46.6805900" or seconds); lengths
 //                               come from the trace, --trace-speed scales time
+//   --workload sessions:S:T     S agent sessions of T turns: turn 1's prompt is --input-len
+//                               tokens of the session's own, every later turn appends the
+//                               previous reply (--output-len) and --increment-len new tokens
+//                               and arrives --tool-gap seconds after the previous turn ended;
+//                               the prefix cache reuses what the previous turn computed
 //   --input-len / --output-len  N | uniform:A:B | lognormal:MEAN:SIGMA (SIGMA of ln length)
 //
 // Deterministic for a seed (splitmix64 + own transforms: the same numbers on every platform).
@@ -35,7 +40,7 @@ struct trace_row {
 [[nodiscard]] std::vector<trace_row> parse_azure_trace(std::string_view text, const std::string& source);
 
 struct workload_spec {
-  enum class kind { poisson, fixed_rate, closed, trace } k = kind::poisson;
+  enum class kind { poisson, fixed_rate, closed, trace, sessions } k = kind::poisson;
   double rate = 1.0;       ///< requests/s (poisson, fixed_rate)
   int concurrency = 1;     ///< closed loop
   std::string trace_file;
@@ -44,6 +49,9 @@ struct workload_spec {
   std::int64_t num_requests = 1000; ///< trace: at most this many rows (0: all)
   std::uint64_t seed = 1;
   std::vector<trace_row> trace; ///< loaded rows (trace kind)
+  int sessions = 1, turns = 1;  ///< sessions kind
+  length_dist increment;        ///< sessions: new tokens per later turn
+  double tool_gap = 0;          ///< sessions: seconds between a turn's end and the next turn
   [[nodiscard]] std::string describe() const;
 };
 
@@ -61,12 +69,13 @@ public:
   /// Next request in arrival order; false when the workload is exhausted. Closed loops get
   /// arrival = `now`.
   bool next(request& r, double now = 0);
+  /// A length from `d` (sessions draw their increments here), deterministic for the seed.
+  std::int64_t draw(const length_dist& d);
   [[nodiscard]] std::int64_t issued() const noexcept { return issued_; }
 
 private:
   double uniform();
   double normal();
-  std::int64_t draw(const length_dist& d);
   workload_spec w_;
   std::uint64_t s_;
   double t_ = 0;

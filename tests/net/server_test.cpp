@@ -385,3 +385,69 @@ TEST_CASE("server: per-expert counts in /metrics feed `k3 sim --routing counts:F
   INFO(out);
   CHECK(out.find("recorded counts") != std::string::npos);
 }
+
+namespace {
+
+/// One agent session against `port`: a long system prompt, then turns that echo the previous
+/// reply (reasoning_content and all), a tool call with its result, and a new user message.
+/// Returns each turn's reply message (as JSON text) and its usage.cached_tokens.
+std::vector<std::pair<std::string, std::int64_t>> agent_session(int port) {
+  std::string system = "You are a coding agent working in a large repository. ";
+  for (int i = 0; i < 12; ++i) system += "Rule " + std::to_string(i) + ": read the file before you change it, and run the tests after. ";
+  std::string messages = R"([{"role":"system","content":)" + json::quote(system) + R"(},{"role":"user","content":"Find the failing test."}])";
+  const std::string tools =
+      R"([{"type":"function","function":{"name":"run","description":"Run a shell command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}},"required":["cmd"]}}}])";
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (int turn = 0; turn < 4; ++turn) {
+    const auto r = http_request(port, "POST", "/v1/chat/completions",
+                                R"({"model":"Kimi-K3","messages":)" + messages + R"(,"tools":)" + tools +
+                                    R"(,"max_tokens":12,"temperature":0})");
+    REQUIRE(r.status == 200);
+    const auto v = parse(r.body);
+    const auto& msg = v.find("choices")->items.at(0).find("message");
+    REQUIRE(msg != nullptr);
+    const auto* details = v.find("usage")->find("prompt_tokens_details");
+    REQUIRE(details != nullptr);
+    out.emplace_back(json::dump(*msg, {.compact = true, .sort_keys = true}), std::stoll(details->find("cached_tokens")->s));
+    // Echo the reply as the client would (content, reasoning_content, any tool calls).
+    std::string assistant = R"({"role":"assistant","content":)" + json::quote(msg->find("content") && msg->find("content")->is_string() ? msg->find("content")->s : "");
+    if (const auto* rc = msg->find("reasoning_content"); rc && rc->is_string()) assistant += R"(,"reasoning_content":)" + json::quote(rc->s);
+    std::string call_id = "call_" + std::to_string(turn);
+    // Every other turn the agent called the tool; its result follows.
+    if (turn % 2 == 0)
+      assistant += R"(,"tool_calls":[{"id":")" + call_id + R"(","type":"function","function":{"name":"run","arguments":"{\"cmd\":\"make test\"}"}}])";
+    assistant += "}";
+    messages.pop_back(); // ']'
+    messages += "," + assistant;
+    if (turn % 2 == 0) messages += R"(,{"role":"tool","tool_call_id":")" + call_id + R"(","content":"3 tests failed: test_a, test_b, test_c"})";
+    messages += R"(,{"role":"user","content":"Turn )" + std::to_string(turn + 2) + R"(: fix the next one and explain."}])";
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("server: multi-turn agent sessions give the same greedy replies with the prefix cache on and off", "[net]") {
+  // Reference numerics, so that served-from-cache and computed-from-scratch agree to rounding.
+  std::vector<std::pair<std::string, std::int64_t>> on, off;
+  {
+    server s({"--exact-fp32", "--block-size", "16"});
+    on = agent_session(s.port);
+    const auto m = http_request(s.port, "GET", "/metrics").body;
+    CHECK(m.find("k3:prefix_cache_queries_total{") != std::string::npos);
+    CHECK(m.find("k3:prefix_cache_hits_total{model_name=\"Kimi-K3\"} 0") == std::string::npos);
+    CHECK(m.find("k3:kda_checkpoints{") != std::string::npos);
+  }
+  {
+    server s({"--exact-fp32", "--block-size", "16", "--no-enable-prefix-caching"});
+    off = agent_session(s.port);
+  }
+  REQUIRE(on.size() == off.size());
+  for (std::size_t t = 0; t < on.size(); ++t) {
+    INFO("turn " << t + 1);
+    CHECK(on[t].first == off[t].first);
+    CHECK(off[t].second == 0);
+    if (t == 0) CHECK(on[t].second == 0);
+    else CHECK(on[t].second > 100); // the whole system prompt and earlier turns, at least
+  }
+}

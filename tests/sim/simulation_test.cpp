@@ -245,3 +245,35 @@ TEST_CASE("sim_executor: placeholder tokens for sampled entries, modeled step ti
   CHECK(x.last_step_seconds() == cm->step(chunks).total);
   CHECK_THROWS(sim_executor(cm, {}));
 }
+
+TEST_CASE("agent sessions: the production prefix cache serves each turn's history and cuts later turns' TTFT", "[sim]") {
+  const auto d = make_deployment(k3m(), plan_a());
+  const auto& cm = *d.cost;
+  workload_spec w;
+  w.input.a = 60000;   // each session's own prefix
+  w.output.a = 300;
+  w.increment.a = 3000;
+  w.tool_gap = 1.5;
+  w = parse_workload("sessions:6:4", w);
+  sim_options on, off;
+  on.prefix_caching = true;
+  const auto a = simulate(cm, d.memory, w, on), b = simulate(cm, d.memory, w, off);
+  CHECK(a.completed == 24);
+  CHECK(b.completed == 24);
+  CHECK(a.prefix_caching);
+  CHECK_FALSE(b.prefix_caching);
+  CHECK(b.cached_tokens == 0);
+  // Every later turn hits at the previous prompt's last block boundary.
+  CHECK(a.prefix_hit_ratio >= 0.99);
+  CHECK(a.prefix_hit_ratio <= 1.0);
+  CHECK(a.ttft_later.count == 18);
+  CHECK(a.ttft_later.mean * 5 < b.ttft_later.mean);
+  CHECK(a.checkpoint_bytes > 50.0 * 1048576); // K3's state of one sequence, TP8 shard
+  CHECK(a.peak_checkpoint_bytes >= a.checkpoint_bytes);
+  CHECK(b.peak_checkpoint_bytes == 0);
+  // Deterministic.
+  const auto again = simulate(cm, d.memory, w, on);
+  CHECK(again.cached_tokens == a.cached_tokens);
+  CHECK(again.ttft_later.mean == a.ttft_later.mean);
+  CHECK_THROWS_WITH(parse_workload("sessions:0:3", w), Catch::Contains("sessions:S:TURNS"));
+}
