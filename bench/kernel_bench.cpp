@@ -7,6 +7,7 @@ int run_kernel_benchmarks(const kernel_bench_options& opts) {
   if (opts.only.empty() || opts.only == "mxfp4") rc |= run_mxfp4_bench(opts);
   if (opts.only.empty() || opts.only == "dense") rc |= run_dense_bench(opts);
   if (opts.only.empty() || opts.only == "kda") rc |= run_kda_bench(opts);
+  if (opts.only.empty() || opts.only == "mla") rc |= run_mla_bench(opts);
   return rc;
 }
 

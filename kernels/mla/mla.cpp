@@ -57,7 +57,221 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void accumulate_row
   for (int i = 0; i < n; ++i) acc[i] = acc[i] * alpha + p * row[i];
 }
 
+constexpr int tile_rows = 64; // cache rows per tile: 64 × 576 fp32 = 144 KiB, L2-resident
+
+// A tile of cache rows as fp32 [n, W] (bf16 widened once per tile, shared by every query row).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void widen_rows(const bf16_t* __restrict src, float* __restrict dst,
+                                                                              int n) {
+  for (int i = 0; i < n; ++i) {
+    std::uint32_t b = static_cast<std::uint32_t>(src[i]) << 16;
+    float f;
+    __builtin_memcpy(&f, &b, 4);
+    dst[i] = f;
+  }
+}
+
+// Register-blocked micro-kernels: 4 query rows at a time, so each cache-row load feeds 4 FMAs
+// (GCC vector extensions: one zmm on AVX-512, split on AVX2 / SSE).
+typedef float v16 __attribute__((vector_size(64)));
+inline v16 load16(const float* p) {
+  v16 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store16(float* p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
+inline float hsum(v16 v) {
+  float s = 0;
+  for (int i = 0; i < 16; ++i) s += v[i];
+  return s;
+}
+
+// out[x][y] = q[x] · r[y] (n floats) for 4 query rows and 4 cache rows. Each pair is summed in
+// the same order whatever rows share the call (callers pad with repeated rows), so a query's
+// scores do not depend on its neighbours.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void scores_4x4(const float* const* q, const float* const* r, int n,
+                                                                              float (*out)[4]) {
+  v16 a[4][4] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v16 r0 = load16(r[0] + i), r1 = load16(r[1] + i), r2 = load16(r[2] + i), r3 = load16(r[3] + i);
+    for (int x = 0; x < 4; ++x) {
+      const v16 qx = load16(q[x] + i);
+      a[x][0] += qx * r0;
+      a[x][1] += qx * r1;
+      a[x][2] += qx * r2;
+      a[x][3] += qx * r3;
+    }
+  }
+  for (int x = 0; x < 4; ++x)
+    for (int y = 0; y < 4; ++y) {
+      float t = hsum(a[x][y]);
+      for (int j = i; j < n; ++j) t += q[x][j] * r[y][j];
+      out[x][y] = t;
+    }
+}
+
+// y += a · x (n floats). Explicit 16-wide chunks and a scalar tail: which elements take which
+// path depends only on n, never on the pointers' alignment (an auto-vectorized loop may peel
+// for alignment), so a row's result does not depend on where its buffer happens to sit.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* __restrict y, const float* __restrict x, float a,
+                                                                        int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) store16(y + i, load16(y + i) + a * load16(x + i));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
 } // namespace
+
+// exp(x) on a float array in place, vectorizable: Cody–Waite reduction by ln 2 and a degree-6
+// Taylor polynomial on |r| ≤ ln2/2 (relative error ≤ 3e-7); below −87.3 (and −inf) gives 0.
+namespace {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void exp_block(float* __restrict x, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float c = std::min(std::max(v, -87.3f), 88.3f);
+    const float k = __builtin_roundf(c * 1.44269504088896341f);
+    const float r = (c - k * 0.693145751953125f) - k * 1.42860682030941723e-6f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const std::int32_t bits = (static_cast<std::int32_t>(k) + 127) << 23;
+    float two_k;
+    __builtin_memcpy(&two_k, &bits, 4);
+    x[i] = v < -87.3f ? 0.0f : p * two_k;
+  }
+}
+} // namespace
+
+void exp_inplace(float* x, int n) {
+  // Through a 64-byte-aligned block, so the vectorized loop's split into peel, body and tail
+  // depends on n alone (results must not depend on the caller's buffer alignment).
+  alignas(64) float buf[256];
+  for (int i = 0; i < n; i += 256) {
+    const int m = std::min(256, n - i);
+    std::copy_n(x + i, m, buf);
+    exp_block(buf, m);
+    std::copy_n(buf, m, x + i);
+  }
+}
+
+void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
+               std::int64_t pos0, std::int64_t T, const float* gate, float* out) {
+  const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, V = d.v, W = d.row_width();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(N + R));
+  // Work item: G query tokens × HG heads against every cache tile they see. All heads read the
+  // same latent rows (MLA), so a tile is widened once and used by G·HG query rows; decode (one
+  // token) splits the heads over the threads instead.
+  const int G = T >= 4 ? 4 : 1;
+  const std::int64_t groups = (T + G - 1) / G;
+  int HG = H; // heads per item: all of them, unless there are fewer token groups than threads
+  if (groups < kernel_threads() && H > 1) {
+    HG = std::max(1, H / kernel_threads());
+    while (H % HG != 0) --HG; // items must cover the heads exactly
+  }
+  const int hsplit = H / HG;
+  parallel_for(groups * hsplit, [&](std::int64_t item) {
+    const std::int64_t t0 = (item / hsplit) * G;
+    const int h0 = static_cast<int>(item % hsplit) * HG;
+    const int tg = static_cast<int>(std::min<std::int64_t>(G, T - t0));
+    const int Q = tg * HG; // query rows: q = ti · HG + hi
+    thread_local std::vector<float> qt, acc, m, sum, tile, sc;
+    qt.assign(static_cast<std::size_t>(Q) * W, 0.0f);
+    acc.assign(static_cast<std::size_t>(Q) * L, 0.0f);
+    m.assign(static_cast<std::size_t>(Q), -INFINITY);
+    sum.assign(static_cast<std::size_t>(Q), 0.0f);
+    tile.resize(static_cast<std::size_t>(tile_rows) * W);
+    sc.resize(static_cast<std::size_t>(Q) * tile_rows);
+    // Absorb W_UK into each query; append q_rot so one dot covers the whole cache row.
+    for (int ti = 0; ti < tg; ++ti)
+      for (int hi = 0; hi < HG; ++hi) {
+        const int h = h0 + hi;
+        float* q = qt.data() + static_cast<std::size_t>(ti * HG + hi) * W;
+        const float* wk = kv_b + static_cast<std::int64_t>(h) * (N + V) * L;
+        const float* qn = q_nope + ((t0 + ti) * H + h) * N;
+        for (int n = 0; n < N; ++n) axpy(q, wk + static_cast<std::int64_t>(n) * L, qn[n], L);
+        const float* qr = q_rot + ((t0 + ti) * H + h) * R;
+        for (int r = 0; r < R; ++r) q[L + r] = qr[r];
+      }
+    const std::int64_t last = pos0 + t0 + tg - 1; // the furthest position any query row sees
+    for (std::int64_t p0 = 0; p0 <= last; p0 += tile_rows) {
+      const int nk = static_cast<int>(std::min<std::int64_t>(tile_rows, last - p0 + 1));
+      const float* rows = tile.data();
+      if (cache.fp32 && cache.block_size % tile_rows == 0) {
+        rows = cache.row_f32(p0, W); // a tile never crosses a block: read in place
+      } else {
+        for (int k = 0; k < nk; ++k) {
+          if (cache.fp32) std::copy_n(cache.row_f32(p0 + k, W), W, tile.data() + static_cast<std::size_t>(k) * W);
+          else widen_rows(cache.row(p0 + k, W), tile.data() + static_cast<std::size_t>(k) * W, W);
+        }
+      }
+      // Scores of every query row against the tile, 4 × 4 at a time (padded with repeated
+      // rows); positions a row may not see get weight 0 below.
+      for (int q0 = 0; q0 < Q; q0 += 4) {
+        const float* qs[4];
+        for (int x = 0; x < 4; ++x) qs[x] = qt.data() + static_cast<std::size_t>(std::min(q0 + x, Q - 1)) * W;
+        for (int k0 = 0; k0 < nk; k0 += 4) {
+          const float* rs[4];
+          for (int y = 0; y < 4; ++y) rs[y] = rows + static_cast<std::size_t>(std::min(k0 + y, nk - 1)) * W;
+          float blk[4][4];
+          scores_4x4(qs, rs, W, blk);
+          for (int x = 0; x < 4 && q0 + x < Q; ++x)
+            for (int y = 0; y < 4 && k0 + y < nk; ++y) sc[static_cast<std::size_t>(q0 + x) * tile_rows + k0 + y] = scale * blk[x][y];
+        }
+      }
+      for (int q = 0; q < Q; ++q) {
+        const std::int64_t see = pos0 + t0 + q / HG; // causal: rows ≤ this position
+        float* s = sc.data() + static_cast<std::size_t>(q) * tile_rows;
+        const int vis = see < p0 ? 0 : static_cast<int>(std::min<std::int64_t>(nk, see - p0 + 1));
+        if (vis == 0) { // nothing visible in this tile: zero weights, nothing is added
+          std::fill(s, s + nk, 0.0f);
+          continue;
+        }
+        float mx = -INFINITY;
+        for (int k = 0; k < vis; ++k) mx = std::max(mx, s[k]);
+        // Online softmax, one rescale per tile.
+        const float mnew = std::max(m[static_cast<std::size_t>(q)], mx);
+        const float alpha = std::exp(m[static_cast<std::size_t>(q)] - mnew); // 0 on the first tile
+        // Over the visible prefix only (a vectorized loop's split into body and tail depends on
+        // the length, and the length must not depend on which rows share the item).
+        for (int k = 0; k < vis; ++k) s[k] -= mnew;
+        exp_inplace(s, vis);
+        std::fill(s + vis, s + nk, 0.0f);
+        float rs = 0.0f;
+        for (int k = 0; k < vis; ++k) rs += s[k];
+        float* a = acc.data() + static_cast<std::size_t>(q) * L;
+        if (alpha != 1.0f)
+          for (int l = 0; l < L; ++l) a[l] *= alpha;
+        sum[static_cast<std::size_t>(q)] = sum[static_cast<std::size_t>(q)] * alpha + rs;
+        m[static_cast<std::size_t>(q)] = mnew;
+      }
+      // acc += P · rows (latent part), row by row over the rows each query sees. (A 4-row
+      // register-blocked version was faster but not bit-identical across token groupings.)
+      for (int q = 0; q < Q; ++q) {
+        float* a = acc.data() + static_cast<std::size_t>(q) * L;
+        const float* p = sc.data() + static_cast<std::size_t>(q) * tile_rows;
+        for (int k = 0; k < nk; ++k)
+          if (p[k] != 0.0f) axpy(a, rows + static_cast<std::size_t>(k) * W, p[k], L);
+      }
+    }
+    for (int q = 0; q < Q; ++q) {
+      const std::int64_t t = t0 + q / HG;
+      const int h = h0 + q % HG;
+      const float* wv = kv_b + static_cast<std::int64_t>(h) * (N + V) * L + static_cast<std::int64_t>(N) * L; // [V, L]
+      const float* a = acc.data() + static_cast<std::size_t>(q) * L;
+      const float inv = 1.0f / sum[static_cast<std::size_t>(q)];
+      float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;
+      const float* gt = gate ? gate + t * H * V + static_cast<std::int64_t>(h) * V : nullptr;
+      for (int j = 0; j < V; ++j) {
+        const float x = inv * score_row(wv + static_cast<std::int64_t>(j) * L, a, L);
+        o[j] = gt ? x / (1.0f + std::exp(-gt[j])) : x;
+      }
+    }
+  });
+}
 
 void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std::int64_t T, const float* ckv,
                  std::int64_t ld_c, const float* krot, std::int64_t ld_r) {
@@ -75,8 +289,8 @@ void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std:
   }
 }
 
-void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
-               std::int64_t pos0, std::int64_t T, const float* gate, float* out) {
+void attention_rowwise(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
+                       std::int64_t pos0, std::int64_t T, const float* gate, float* out) {
   const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, V = d.v, W = d.row_width();
   const float scale = 1.0f / std::sqrt(static_cast<float>(N + R));
   parallel_for(T * H, [&](std::int64_t item) {

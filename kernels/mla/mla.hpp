@@ -13,7 +13,7 @@
 //   K3:    o_h ⊙= sigmoid(gate_h)       (gate = g_proj x, pass nullptr for Kimi Linear)
 // No RoPE anywhere: k_rot is shared by all heads and never rotated.
 //
-// Threading: parallel over (token, head) on the kernel pool. The cache must already hold rows
+// Threading: parallel over (token group, head group) on the kernel pool. The cache must already hold rows
 // [0, pos0 + T) (write this chunk with cache_write first), so one prefill, chunked prefill and
 // token-by-token decode see identical inputs.
 
@@ -53,7 +53,19 @@ void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std:
 
 /// q_nope [T, H, nope], q_rot [T, H, rope]; kv_b [H·(nope+v), latent] fp32 (the checkpoint's
 /// kv_b_proj, upcast); gate [T, H·v] or nullptr; out [T, H·v].
+///
+/// Tiled (flash-attention style): a work item is up to 4 query tokens × the heads, walking the
+/// cache in 64-row tiles widened to fp32 once per tile and shared by all its query rows, with
+/// one online-softmax rescale per tile and a vectorized exp. Tiles sit at absolute positions
+/// and masked rows contribute exact zeros, so a query's result does not depend on how tokens
+/// are grouped: one prefill, chunked prefill and token-by-token decode agree bit for bit.
 void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
                std::int64_t pos0, std::int64_t T, const float* gate, float* out);
+/// The previous kernel (one cache row at a time per token and head): the comparison point of
+/// `k3 bench kernels` and a second implementation for the tests.
+void attention_rowwise(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
+                       std::int64_t pos0, std::int64_t T, const float* gate, float* out);
+/// exp(x) elementwise in place, vectorized (relative error ≤ 3e-7; x < −87.3 and −inf give 0).
+void exp_inplace(float* x, int n);
 
 } // namespace k3::mla

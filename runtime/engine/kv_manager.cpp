@@ -88,9 +88,11 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
       if (k.checkpoint_interval > 0) {
         interval_ = (k.checkpoint_interval + B - 1) / B * B;
       } else if (k.checkpoint_interval == 0) {
-        // A checkpoint costs no more than the rows of the interval it saves recomputing.
+        // Interval checkpoints cost at most 1/8 of the rows they cover (a checkpoint is worth
+        // `tokens` rows; K3 on plan A: 54 MiB = 2048 rows → one every 16K tokens, 64 over a
+        // 1M-token prefix). Turn boundaries and branch points are checkpointed regardless.
         const std::int64_t tokens = (sb_ * B + bb_ - 1) / bb_;
-        interval_ = std::max<std::int64_t>(4 * B, (tokens + B - 1) / B * B);
+        interval_ = std::max<std::int64_t>(4 * B, (8 * tokens + B - 1) / B * B);
       }
     }
     ckpt_block_cap_ = static_cast<std::int64_t>(static_cast<double>(num_blocks_) * std::clamp(k.checkpoint_share, 0.0, 1.0));
@@ -369,6 +371,7 @@ prefix_hit kv_manager::lookup(std::span<const std::int32_t> tokens) {
     h.hashes_.push_back(prev);
     if (num_kda_ == 0 || checkpoints_.count(prev)) best = i + 1;
   }
+  h.rows_ = static_cast<std::int64_t>(h.blocks_.size() * B);
   h.blocks_.resize(best);
   h.hashes_.resize(best);
   if (best > 0 && num_kda_ > 0) {

@@ -25,6 +25,9 @@
 //   - the last block boundary before the end of every prompt (the turn boundary the next turn
 //     of a session reuses), and every `checkpoint_interval` tokens of a long prefill (the
 //     scheduler ends a chunk exactly there);
+//   - branch points: where a new prompt leaves a cached chain of rows that has no checkpoint
+//     at its end (another sequence computed the same prefix, e.g. a shared system prompt),
+//     so the third sequence with that prefix restores it instead of recomputing;
 //   - the last block boundary a sequence crossed (a rolling checkpoint, rewritten every block
 //     of decode), registered when the sequence is released (finish, cancel, preemption), so
 //     the next turn can also reuse the generated part.
@@ -114,6 +117,9 @@ public:
   prefix_hit& operator=(const prefix_hit&) = delete;
   [[nodiscard]] std::int64_t tokens() const noexcept { return tokens_; }
   [[nodiscard]] bool empty() const noexcept { return tokens_ == 0; }
+  /// How far cached rows reach (≥ tokens()): beyond tokens() another sequence computed the
+  /// same prefix but no checkpoint stands there — a branch point worth checkpointing.
+  [[nodiscard]] std::int64_t rows() const noexcept { return rows_; }
 
 private:
   friend class kv_manager;
@@ -122,6 +128,7 @@ private:
   std::uint64_t checkpoint_ = 0;
   bool has_checkpoint_ = false;
   std::int64_t tokens_ = 0;
+  std::int64_t rows_ = 0;
 };
 
 class kv_manager {

@@ -101,7 +101,9 @@ std::deque<scheduler::record*>::iterator scheduler::next_waiting() {
 std::int64_t scheduler::chunk(const record& r, std::int64_t start, std::int64_t n) const {
   if (!kv_.caching() || n <= 1) return n;
   const std::int64_t end = start + n;
-  // The turn boundary first: the next turn of a session resumes there.
+  // A branch point first (the prefix other sequences share), then the turn boundary (the
+  // next turn of a session resumes there).
+  if (r.branch > start && r.branch < end) return r.branch - start;
   if (r.turn_end > start && r.turn_end < end) return r.turn_end - start;
   if (const auto iv = kv_.checkpoint_interval(); iv > 0) {
     const std::int64_t last = end / iv * iv; // the furthest interval boundary this chunk reaches
@@ -121,7 +123,7 @@ void scheduler::plan_checkpoints(batch_plan& plan) {
     const auto& r = recs_.at(e.id);
     const std::int64_t end = e.position + static_cast<std::int64_t>(e.tokens.size());
     if (end % B != 0) continue;
-    const bool keep = end == r.turn_end || (iv > 0 && end % iv == 0 && end < r.turn_end);
+    const bool keep = end == r.turn_end || end == r.branch || (iv > 0 && end % iv == 0 && end < r.turn_end);
     // Past the turn boundary (generation, or a prompt's final partial block) the state is
     // kept as the sequence's rolling checkpoint, committed when it is released.
     if (!keep && end < r.turn_end) continue;
@@ -174,7 +176,9 @@ batch_plan scheduler::schedule() {
         hit = kv_.lookup(r->tokens);
         stats_.prefix_queries += static_cast<std::int64_t>(r->tokens.size());
       }
-      const std::int64_t start = hit.tokens();
+      const std::int64_t start = hit.tokens(), hit_rows = hit.rows();
+      // Rows cached past the hit without a checkpoint: the prefix branches there.
+      r->branch = hit_rows > start && hit_rows < r->turn_end ? hit_rows : 0;
       const std::int64_t n = chunk(*r, start, std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - start, budget));
       auto* st = kv_.allocate(r->spec.id, start + n, &hit, &plan.copies_before);
       if (!st) break;

@@ -179,6 +179,7 @@ private:
     std::unique_ptr<grammar::matcher> matcher; ///< kept across preemption: output tokens stay
     std::int64_t cached = -1;   ///< prefix-cache hit at the first admission (-1: not admitted yet)
     std::int64_t turn_end = 0;  ///< the prompt's last block boundary before its final token
+    std::int64_t branch = 0;    ///< a branch point to checkpoint (cached rows end there), 0: none
   };
   void preempt(record* r, batch_plan& plan);
   /// Ends a record; `cache`: what it computed stays in the prefix cache (not after a failed step).

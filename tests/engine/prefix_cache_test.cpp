@@ -446,3 +446,29 @@ TEST_CASE("scheduler: cached tokens are not counted against the step's token bud
   REQUIRE(ev.size() == 1);
   CHECK(ev[0].cached_tokens == 288);
 }
+
+TEST_CASE("scheduler: a prefix two prompts share gets a checkpoint where they branch, so the third restores it", "[engine]") {
+  const auto c = small_config();
+  kv_config k{.memory_bytes = 8 << 20, .block_size = 16, .max_model_len = 512, .max_num_seqs = 4};
+  k.prefix_caching = true;
+  k.checkpoint_interval = -1; // prompt ends and branch points only
+  kv_manager kv(c, k);
+  scheduler s({.max_num_batched_tokens = 512, .max_num_seqs = 4, .vocab = c.vocab}, kv);
+  null_executor ex(c.vocab);
+  std::vector<std::int32_t> system(100); // a shared system prompt, then each session's own message
+  for (std::size_t i = 0; i < system.size(); ++i) system[i] = static_cast<std::int32_t>(i * 13 % 997);
+  auto session = [&](int tag) {
+    auto p = system;
+    for (int i = 0; i < 50; ++i) p.push_back(static_cast<std::int32_t>((tag * 101 + i * 7) % 997));
+    return p;
+  };
+  std::vector<std::int64_t> cached;
+  for (int tag = 1; tag <= 3; ++tag) {
+    REQUIRE(s.submit(greedy(static_cast<request_id>(tag), session(tag), 2)) == errc::none);
+    cached.push_back(drain(s, ex).cached.at(static_cast<request_id>(tag)));
+  }
+  CHECK(cached[0] == 0);  // nothing cached yet
+  CHECK(cached[1] == 0);  // rows of the shared prefix are cached, but no state at 96: computed, and checkpointed there
+  CHECK(cached[2] == 96); // the branch point's checkpoint
+  CHECK(kv.audit() == "");
+}

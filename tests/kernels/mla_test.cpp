@@ -123,3 +123,105 @@ TEST_CASE("mla: the first token attends only to itself", "[mla]") {
     CHECK(out[j] == Approx(x).epsilon(1e-5));
   }
 }
+
+namespace {
+
+/// A paged cache whose rows are fp32 (the exact-numerics mode): blocks hold floats.
+struct paged_cache_f32 {
+  std::vector<std::vector<float>> storage;
+  std::vector<bf16_t*> blocks;
+  mla::cache_view view;
+  paged_cache_f32(std::int64_t capacity, int block_size, int width) {
+    const std::int64_t n = (capacity + block_size - 1) / block_size;
+    for (std::int64_t i = 0; i < n; ++i) storage.emplace_back(static_cast<std::size_t>(block_size) * width);
+    for (std::int64_t i = n - 1; i >= 0; --i) blocks.push_back(reinterpret_cast<bf16_t*>(storage[static_cast<std::size_t>(i)].data()));
+    view = {blocks.data(), block_size, true};
+  }
+};
+
+} // namespace
+
+TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd shapes, bf16 and fp32 rows", "[mla]") {
+  test::rng r(64);
+  struct shape {
+    mla::dims d;
+    std::int64_t pos0, T;
+    int block;
+    bool fp32, gated;
+  };
+  const std::vector<shape> shapes = {
+      {{3, 8, 4, 40, 5}, 0, 150, 16, false, true},   // three tiles inside one prefill
+      {{1, 16, 8, 33, 7}, 130, 9, 7, false, false},  // a chunk after a cached prefix, blocks cross tiles
+      {{4, 8, 8, 64, 8}, 200, 1, 64, true, true},    // decode, fp32 rows read in place
+      {{2, 4, 4, 24, 3}, 61, 70, 20, true, false},   // fp32 rows copied (blocks not tile-aligned)
+      {{5, 8, 2, 17, 4}, 0, 3, 5, false, true},      // fewer tokens than a group
+  };
+  for (const auto& s : shapes) {
+    const auto& d = s.d;
+    const std::int64_t P = s.pos0 + s.T;
+    auto ckv = r.normals(P * d.latent), kr = r.normals(P * d.rope);
+    auto qn = r.normals(s.T * d.heads * d.nope), qr = r.normals(s.T * d.heads * d.rope);
+    auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent), gate = r.normals(s.T * d.heads * d.v);
+    paged_cache cb(P, s.block, d.row_width());
+    paged_cache_f32 cf(P, s.block, d.row_width());
+    const auto& view = s.fp32 ? cf.view : cb.view;
+    mla::cache_write(view, d, 0, P, ckv.data(), d.latent, kr.data(), d.rope);
+    std::vector<float> tiled(s.T * d.heads * d.v), rowwise(tiled.size());
+    const float* g = s.gated ? gate.data() : nullptr;
+    mla::attention(qn.data(), qr.data(), kvb.data(), view, d, s.pos0, s.T, g, tiled.data());
+    mla::attention_rowwise(qn.data(), qr.data(), kvb.data(), view, d, s.pos0, s.T, g, rowwise.data());
+    // Relative to the largest output (both are fp32 with different summation orders; against
+    // fp64 the tiled kernel's error is the smaller of the two).
+    double worst = 0, scale = 1e-30;
+    for (std::size_t i = 0; i < tiled.size(); ++i) {
+      const double e = std::fabs(double(tiled[i]) - rowwise[i]);
+      if (!(e <= worst)) worst = e; // NaN propagates
+      scale = std::max(scale, std::fabs(double(rowwise[i])));
+    }
+    INFO("heads " << d.heads << " latent " << d.latent << " pos0 " << s.pos0 << " T " << s.T << " fp32 " << s.fp32);
+    CHECK(worst / scale < 1e-5);
+  }
+}
+
+TEST_CASE("mla: one prefill over several tiles equals token-by-token decode exactly", "[mla]") {
+  test::rng r(65);
+  const mla::dims d{3, 8, 4, 24, 6};
+  const std::int64_t T = 140;
+  paged_cache cache(T, 16, d.row_width()), c2(T, 16, d.row_width());
+  auto ckv = r.normals(T * d.latent), kr = r.normals(T * d.rope);
+  auto qn = r.normals(T * d.heads * d.nope), qr = r.normals(T * d.heads * d.rope);
+  auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent);
+  mla::cache_write(cache.view, d, 0, T, ckv.data(), d.latent, kr.data(), d.rope);
+  std::vector<float> all(T * d.heads * d.v), step(T * d.heads * d.v), chunked(T * d.heads * d.v);
+  mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, 0, T, nullptr, all.data());
+  for (std::int64_t t = 0; t < T; ++t) {
+    mla::cache_write(c2.view, d, t, 1, ckv.data() + t * d.latent, d.latent, kr.data() + t * d.rope, d.rope);
+    mla::attention(qn.data() + t * d.heads * d.nope, qr.data() + t * d.heads * d.rope, kvb.data(), c2.view, d, t, 1,
+                   nullptr, step.data() + t * d.heads * d.v);
+  }
+  for (std::int64_t t0 = 0; t0 < T; t0 += 37) { // chunks of 37 (groups of 4 and a remainder)
+    const std::int64_t n = std::min<std::int64_t>(37, T - t0);
+    mla::attention(qn.data() + t0 * d.heads * d.nope, qr.data() + t0 * d.heads * d.rope, kvb.data(), cache.view, d, t0, n,
+                   nullptr, chunked.data() + t0 * d.heads * d.v);
+  }
+  CHECK(all == step);
+  CHECK(all == chunked);
+}
+
+TEST_CASE("mla: the vectorized exp is within 3e-7 of exp and gives exact zeros far below", "[mla]") {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 0.0f; v += 0.0137f) x.push_back(v);
+  for (float v : {-1e-8f, 1e-8f, 0.5f, 10.0f, 80.0f}) x.push_back(v);
+  auto y = x;
+  mla::exp_inplace(y.data(), static_cast<int>(y.size()));
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(double(x[i]));
+    const double e = std::fabs(double(y[i]) - want) / want;
+    if (!(e <= worst)) worst = e;
+  }
+  CHECK(worst < 3e-7);
+  std::vector<float> low = {-87.5f, -100.0f, -INFINITY};
+  mla::exp_inplace(low.data(), 3);
+  CHECK(low == std::vector<float>{0.0f, 0.0f, 0.0f});
+}
