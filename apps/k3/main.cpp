@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/k3/commands.hpp"
+#include "kernels/common/blas_core.hpp"
 #include "config/cli_util.hpp"
 #include "config/server_config.hpp"
 #include "config/version.hpp"
@@ -39,6 +40,7 @@ std::string selected_name(const CLI::App& root) {
 } // namespace
 
 int main(int argc, char** argv) {
+  k3::ensure_blas_core(argv); // may re-execute with OPENBLAS_CORETYPE set (kernels/common/blas_core.hpp)
   CLI::App root{"k3serve: serving runtime for Kimi K3 and Kimi Linear (OpenAI-compatible server, offline runs, "
                 "cluster simulator, benchmarks)",
                 "k3"};

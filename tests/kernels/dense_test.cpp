@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/common/bf16.hpp"
+#include "kernels/common/blas_core.hpp"
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/dense/dense_gemm.hpp"
 #include "tests/support/test_util.hpp"
@@ -63,4 +65,17 @@ TEST_CASE("dense gemm rejects bad strides with a message", "[dense]") {
   std::vector<float> x(10), y(10);
   std::vector<bf16_t> w(10);
   CHECK_THROWS_WITH(dense::gemm_bf16(x.data(), 2, 1, w.data(), 2, 5, y.data(), 2), Catch::Contains("ldx=2 < k=5"));
+}
+
+TEST_CASE("blas: OpenBLAS runs kernels this CPU supports, not its SSE3 fallback", "[dense]") {
+  CHECK(k3::blas_core_upgrade("SkylakeX") == nullptr);
+  CHECK(k3::blas_core_upgrade("Haswell") == nullptr);
+  CHECK(k3::blas_core_upgrade(nullptr) == nullptr);
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) CHECK(k3::blas_core_upgrade("Prescott") != nullptr);
+  // The test main went through ensure_blas_core: whatever OpenBLAS detected, it is not a
+  // pre-AVX2 fallback on a CPU that has better (unless the user pinned OPENBLAS_CORETYPE).
+  INFO("OpenBLAS core: " << k3::blas_core_name());
+  if (avx2 && !std::getenv("K3_BLAS_CORE")) CHECK(k3::blas_core_upgrade(k3::blas_core_name()) == nullptr);
 }
