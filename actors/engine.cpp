@@ -104,6 +104,9 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   }
 
   std::function<std::shared_ptr<void>(std::size_t)> pool_alloc; // KV pools: host memory unless a device says otherwise
+  std::function<std::shared_ptr<void>(std::size_t)> tier_alloc;  // prefix-cache host tier (pinned on CUDA)
+  std::function<void(void*, const void*, std::size_t)> tier_copy;
+  std::int64_t host_tier = o.prefix_cache_host_bytes;
   std::int64_t kv_bytes = o.kv_memory_bytes;
   const bool on_cuda = o.device.rfind("cuda", 0) == 0;
   if (o.device != "cpu" && !on_cuda) throw std::invalid_argument("--device " + o.device + " is not supported (cpu, cuda, cuda:N)");
@@ -120,6 +123,7 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
 #if K3_HAVE_NCCL
       auto tx = std::make_shared<actors::tp_executor>(sys, p->m, o.tensor_parallel_size, dev);
       pool_alloc = tx->pool_allocator();
+      host_tier = 0; // each rank has its own pools; the host tier serves one GPU only (for now)
       if (!o.kv_memory_bytes_explicit) kv_bytes = tx->kv_budget(o.gpu_memory_utilization, reserve);
       p->exec = tx;
 #else
@@ -131,6 +135,8 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
       go.decode_graphs = gpu::decode_graphs_enabled();
       auto cx = std::make_shared<gpu::cuda_executor>(*p->m, go);
       pool_alloc = cx->pool_allocator();
+      tier_alloc = cx->host_tier_allocator();
+      tier_copy = cx->pool_copier();
       if (!o.kv_memory_bytes_explicit) kv_bytes = cx->kv_budget(o.gpu_memory_utilization, reserve);
       p->exec = cx;
     }
@@ -157,6 +163,9 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   sc.kv.block_size = o.block_size;
   sc.kv.prefix_caching = o.prefix_caching;
   sc.kv.checkpoint_interval = o.kda_checkpoint_interval;
+  sc.kv.host_tier_bytes = host_tier;
+  sc.kv.host_allocate = tier_alloc;
+  sc.kv.copy = tier_copy;
   sc.kv.max_model_len = std::min<std::int64_t>(o.max_model_len, c.max_position);
   sc.kv.max_num_seqs = o.max_num_seqs;
   sc.kv.fp32_cache = o.exact_fp32;

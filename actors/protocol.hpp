@@ -38,6 +38,7 @@ struct engine_stats {
   /// Prefix cache: tokens looked up / served from the cache; cached (evictable) blocks;
   /// KDA checkpoints kept and the blocks they take.
   std::int64_t prefix_queries = 0, prefix_hits = 0, kv_blocks_cached = 0, checkpoints = 0, checkpoint_blocks = 0;
+  std::int64_t host_tier_blocks = 0, host_tier_used = 0, host_tier_writes = 0, host_tier_reads = 0;
   std::vector<std::int64_t> shard_jobs;        ///< jobs sent per shard
   std::vector<std::int64_t> shard_max_queue;   ///< deepest outstanding-job count seen per shard
   std::vector<std::int64_t> shard_rows;        ///< token-expert rows computed per shard
@@ -69,7 +70,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
   return f(caf::meta::type_name("engine_stats"), x.waiting, x.running, x.waiting_tokens, x.kv_slots, x.kv_slots_used,
            x.kv_blocks, x.kv_blocks_used, x.steps, x.preemptions, x.tokens_scheduled, x.requests_finished,
            x.stream_restarts, x.policy_ns, x.deliver_ns, x.shard_restarts, x.prefix_queries, x.prefix_hits, x.kv_blocks_cached,
-           x.checkpoints, x.checkpoint_blocks, x.shard_jobs, x.shard_max_queue, x.shard_rows, x.expert_tokens);
+           x.checkpoints, x.checkpoint_blocks, x.host_tier_blocks, x.host_tier_used, x.host_tier_writes, x.host_tier_reads, x.shard_jobs, x.shard_max_queue, x.shard_rows, x.expert_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, expert_job& x) {

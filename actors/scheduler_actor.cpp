@@ -152,6 +152,10 @@ scheduler_actor::behavior_type scheduler_fun(self_ptr self, std::shared_ptr<engi
         out.kv_blocks_cached = u.evictable_blocks;
         out.checkpoints = u.checkpoints;
         out.checkpoint_blocks = u.checkpoint_blocks;
+        out.host_tier_blocks = u.host_blocks;
+        out.host_tier_used = u.host_used_blocks;
+        out.host_tier_writes = u.host_writes;
+        out.host_tier_reads = u.host_reads;
         out.stream_restarts = s.restarts;
         out.policy_ns = s.policy_ns;
         out.deliver_ns = s.deliver_ns;

@@ -1,11 +1,18 @@
 #pragma once
-// `k3 bench model --model DIR`: decode tok/s at batch 1 and prefill tok/s (512-token prompt)
-// of a checkpoint, against the memory floor measured in the same run:
+// `k3 bench model --model DIR`: llama-bench's protocol on a k3 checkpoint, so the numbers
+// compare directly with `llama-bench` on the same weights converted to GGUF:
+//   pp<P>   prompt processing: P tokens in one step on an empty sequence, tokens/s
+//   tg<N>   text generation: N single-token steps from an empty sequence (or after a D-token
+//           prompt with --depth D, llama-bench's -d), tokens/s
+// each repeated -r times and reported as mean ± standard deviation of the per-run rates, at
+// --threads N (kernel pool size). After the table, decode is set against its memory floor
+// measured in the same run:
 //   floor time per token = active bytes per token / streaming-read bandwidth
 // where active bytes = weights one decode token reads (attention, dense/shared FFN, top-k
-// experts, head) + KDA state read and written + the MLA cache rows read, and the bandwidth is
-// measured by streaming the checkpoint's own mapped bytes (bigger than L3). Decode steps and
-// the streaming read are timed alternately so both see the same machine state.
+// experts, head) + KDA state read and written + the MLA cache rows read at the tg run's mean
+// context, and the bandwidth is measured by streaming the checkpoint's own mapped bytes (bigger
+// than L3); decode steps and the streaming read are timed alternately so both see the same
+// machine state.
 
 #include <string>
 
@@ -13,8 +20,12 @@ namespace k3::bench {
 
 struct model_bench_options {
   std::string model_dir;
-  int prompt_tokens = 512;
-  double seconds = 6.0;
+  int threads = 0;         ///< 0: the kernel pool's default (OMP_NUM_THREADS or the cores)
+  int prompt_tokens = 512; ///< -p
+  int gen_tokens = 128;    ///< -n
+  int repetitions = 5;     ///< -r
+  int depth = 0;           ///< -d: tokens already in the context before tg
+  double seconds = 3.0;    ///< floor measurement: seconds of alternating decode / streaming read
 };
 
 int run_model_benchmark(const model_bench_options& o);

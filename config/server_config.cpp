@@ -92,6 +92,10 @@ void add_server_options(CLI::App& app, server_config& c) {
   app.add_option("--block-size,--prefix-cache-block-size", c.block_size, "Tokens per KV block and prefix-cache hash block")
       ->check(CLI::IsMember({8, 16, 32, 64, 128, 256, 512, 1024}))
       ->group(sched_g);
+  app.add_option("--prefix-cache-host-bytes", c.prefix_cache_host_bytes,
+                 "Host memory for evicted prefix-cache blocks and KDA checkpoints (a second tier; pinned with --device cuda)")
+      ->check(Range(std::int64_t{0}, std::int64_t{1} << 44))
+      ->group(sched_g);
   app.add_option("--kda-checkpoint-interval", c.kda_checkpoint_interval,
                  "Tokens between KDA state checkpoints in a long prefill (0: derived from the memory plan; -1: only at prompt ends)")
       ->check(Range(std::int64_t{-1}, std::int64_t{1} << 40))

@@ -51,6 +51,7 @@ struct server_config {
   bool enable_prefix_caching = true; ///< --enable-prefix-caching / --no-enable-prefix-caching
   int block_size = 64;               ///< --block-size / --prefix-cache-block-size: MLA rows per block = hash block
   std::int64_t kda_checkpoint_interval = 0; ///< --kda-checkpoint-interval tokens (0: derived, -1: prompt ends only)
+  std::int64_t prefix_cache_host_bytes = 0; ///< --prefix-cache-host-bytes: second tier in host memory
   std::int64_t max_body_bytes = 8 << 20; ///< --max-body-bytes: larger bodies get 413
   double shutdown_timeout = 30;      ///< --shutdown-timeout seconds to drain on SIGTERM
   int http_threads = 2;              ///< --http-threads: I/O threads (never run tokenization or rendering)

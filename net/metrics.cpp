@@ -102,6 +102,10 @@ std::string server_metrics::render(const actors::engine_stats& e, const std::str
   gauge("prefix_cache_blocks", "Cached MLA blocks no running request holds (evicted on demand).", static_cast<double>(e.kv_blocks_cached));
   gauge("kda_checkpoints", "KDA state checkpoints kept for prefix-cache hits.", static_cast<double>(e.checkpoints));
   gauge("kda_checkpoint_blocks", "Pool blocks the KDA checkpoints take.", static_cast<double>(e.checkpoint_blocks));
+  gauge("prefix_cache_host_blocks_used", "Host-tier blocks holding evicted cache blocks and checkpoints.", static_cast<double>(e.host_tier_used));
+  gauge("prefix_cache_host_blocks_total", "Host-tier blocks.", static_cast<double>(e.host_tier_blocks));
+  counter("prefix_cache_host_writes_total", "Entries written out to the host tier.", static_cast<std::uint64_t>(e.host_tier_writes));
+  counter("prefix_cache_host_reads_total", "Entries brought back from the host tier.", static_cast<std::uint64_t>(e.host_tier_reads));
   counter("http_requests_client_disconnected_total", "Requests whose client went away before the end.", disconnects_);
   out += "# HELP k3:request_success_total Finished requests by finish reason.\n# TYPE k3:request_success_total counter\n";
   for (const auto& [r, n] : finished_) out += "k3:request_success_total{" + L + ",finished_reason=\"" + escape_label(r) + "\"} " + std::to_string(n) + "\n";

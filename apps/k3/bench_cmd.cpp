@@ -50,11 +50,15 @@ void add_bench_command(CLI::App& root, int& rc) {
     });
   }
   {
-    auto* cmd = bench->add_subcommand("model", "Decode and prefill of a checkpoint against its memory floor");
+    auto* cmd = bench->add_subcommand("model", "llama-bench's protocol (pp / tg, mean ± sd) on a checkpoint, and decode against its memory floor");
     auto o = std::make_shared<bench::model_bench_options>();
-    cmd->add_option("--model", o->model_dir, "Checkpoint directory")->required();
-    cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prefill prompt length")->check(Range(1, 1 << 24));
-    cmd->add_option("--seconds", o->seconds, "Seconds per measurement")->check(Range(0.001, 3600.0));
+    cmd->add_option("-m,--model", o->model_dir, "Checkpoint directory")->required();
+    cmd->add_option("-t,--threads", o->threads, "Kernel threads (default: OMP_NUM_THREADS or the cores)")->check(Range(0, 4096));
+    cmd->add_option("-p,--n-prompt,--prompt-tokens", o->prompt_tokens, "Prompt-processing test length (pp)")->check(Range(1, 1 << 24));
+    cmd->add_option("-n,--n-gen", o->gen_tokens, "Text-generation test length (tg)")->check(Range(1, 1 << 20));
+    cmd->add_option("-r,--repetitions", o->repetitions, "Repetitions of each test")->check(Range(1, 1000));
+    cmd->add_option("-d,--depth", o->depth, "Tokens in the context before the tg test")->check(Range(0, 1 << 24));
+    cmd->add_option("--seconds", o->seconds, "Seconds of the decode-vs-floor measurement")->check(Range(0.001, 3600.0));
     cmd->callback([o, &rc] { rc = bench::run_model_benchmark(*o); });
   }
   {

@@ -81,6 +81,7 @@ void add_serve_command(CLI::App& root, int& rc) {
     eo.prefix_caching = cfg.enable_prefix_caching;
     eo.exact_fp32 = cfg.exact_fp32;
     eo.kda_checkpoint_interval = cfg.kda_checkpoint_interval;
+    eo.prefix_cache_host_bytes = cfg.prefix_cache_host_bytes;
     eo.max_waiting_requests = cfg.max_queued_requests;
     eo.max_waiting_tokens = cfg.max_queued_tokens;
     eo.expert_parallel_size = cfg.device == "cpu" ? cfg.expert_parallel_size : 0; // on GPUs: EP = TP inside the group

@@ -57,6 +57,9 @@ struct engine_options {
   /// kept and reused by later requests that share a prefix.
   bool prefix_caching = true;
   std::int64_t kda_checkpoint_interval = 0;    ///< tokens; 0: derived from the memory plan; < 0: prompt ends only
+  /// Host memory that receives evicted cached blocks and checkpoints (the second tier); 0: none.
+  /// Pinned memory with --device cuda; not used with tensor parallelism.
+  std::int64_t prefix_cache_host_bytes = 0;
   int expert_parallel_size = 0;                ///< in-process expert shards (0: experts run in the step)
   int num_redundant_experts = 0;               ///< hot-expert replicas across shards
   std::vector<std::string> remote_shards;      ///< "host:port" of `k3 shard` processes

@@ -48,6 +48,8 @@ public:
   /// Per-expert routed token totals (all MoE layers), safe from any thread.
   [[nodiscard]] std::vector<std::int64_t> expert_tokens() const;
   [[nodiscard]] std::function<std::shared_ptr<void>(std::size_t)> pool_allocator() const { return m_.pool_allocator(); }
+  [[nodiscard]] std::function<std::shared_ptr<void>(std::size_t)> host_tier_allocator() const { return m_.host_tier_allocator(); }
+  [[nodiscard]] std::function<void(void*, const void*, std::size_t)> pool_copier() const { return m_.pool_copier(); }
   /// KV bytes for a utilisation share: util · total − (total − free now) − reserve, i.e. what
   /// is left of this process's share of the card after the weights (already resident) and
   /// whatever else uses the device, less `reserve` for activations. Throws if ≤ 0.

@@ -396,4 +396,23 @@ void cuda_model::copy_pool(void* dst, const void* src, std::size_t bytes) {
         "cudaMemcpyAsync(prefix-cache state copy)");
 }
 
+std::function<std::shared_ptr<void>(std::size_t)> cuda_model::host_tier_allocator() const {
+  const int dev = device_;
+  return [dev](std::size_t bytes) -> std::shared_ptr<void> {
+    check(cudaSetDevice(dev), "cudaSetDevice");
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, bytes, cudaHostAllocDefault), "cudaHostAlloc(prefix-cache host tier)");
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  };
+}
+
+std::function<void(void*, const void*, std::size_t)> cuda_model::pool_copier() const {
+  const int dev = device_;
+  // Called by the scheduler between steps (the pools are quiescent): a synchronous copy.
+  return [dev](void* dst, const void* src, std::size_t n) {
+    check(cudaSetDevice(dev), "cudaSetDevice");
+    check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy(prefix-cache host tier)");
+  };
+}
+
 } // namespace k3::gpu

@@ -103,6 +103,11 @@ public:
   /// the addresses are the lead's; a tensor-parallel rank maps them into its own pools.
   void copy_pool(void* dst, const void* src, std::size_t bytes);
 
+  /// Pinned host memory for the prefix cache's host tier (kv_config::host_allocate) and a
+  /// synchronous copy between it and the pools (kv_config::copy).
+  [[nodiscard]] std::function<std::shared_ptr<void>(std::size_t)> host_tier_allocator() const;
+  [[nodiscard]] std::function<void(void*, const void*, std::size_t)> pool_copier() const;
+
   /// Device memory for kv_config::allocate (pools on this device).
   [[nodiscard]] std::function<std::shared_ptr<void>(std::size_t)> pool_allocator() const;
 

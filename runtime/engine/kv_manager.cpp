@@ -1,6 +1,7 @@
 #include "runtime/engine/kv_manager.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <stdexcept>
@@ -96,11 +97,24 @@ kv_manager::kv_manager(const model::model_config& c, const kv_config& k) : c_(c)
       }
     }
     ckpt_block_cap_ = static_cast<std::int64_t>(static_cast<double>(num_blocks_) * std::clamp(k.checkpoint_share, 0.0, 1.0));
+    region_ = static_cast<std::size_t>(num_mla_) * block_elems_ * sizeof(bf16_t);
+    if (k.host_tier_bytes > 0 && k.backed) {
+      host_blocks_ = std::min<std::int64_t>(k.host_tier_bytes / static_cast<std::int64_t>(region_), std::numeric_limits<std::int32_t>::max());
+      if (host_blocks_ > 0) {
+        const std::size_t bytes = static_cast<std::size_t>(host_blocks_) * region_;
+        host_mem_ = k.host_allocate ? k.host_allocate(bytes)
+                                    : std::shared_ptr<void>(new char[bytes], [](void* p) { delete[] static_cast<char*>(p); });
+        if (!host_mem_) throw std::invalid_argument("kv_config.host_allocate returned no memory for the host tier");
+        for (std::int64_t b = host_blocks_ - 1; b >= 0; --b) host_free_.push_back(static_cast<std::int32_t>(b));
+        tier_ = true;
+      }
+    }
     note_ += "; prefix cache on: " + std::to_string(B) + "-token blocks";
     if (num_kda_ > 0)
       note_ += ", a KDA checkpoint takes " + std::to_string(ckpt_blocks_) + " blocks (" + std::to_string((ckpt_blocks_ * bb_) >> 10) +
                " KiB), one every " + (interval_ > 0 ? std::to_string(interval_) + " tokens of a long prefill" : std::string("prompt end only")) +
                " and at each prompt's end";
+    if (tier_) note_ += "; host tier " + std::to_string((host_blocks_ * static_cast<std::int64_t>(region_)) >> 20) + " MiB";
   }
 }
 
@@ -150,24 +164,74 @@ model::sequence_state* kv_manager::allocate(seq_id id, std::int64_t tokens, pref
   // A hit's blocks and checkpoint are referenced first: they leave the LRU, so they can be
   // neither evicted for this sequence's own new blocks nor counted as available.
   const bool use_hit = hit && !hit->empty() && caching_;
-  if (use_hit) {
-    for (auto b : hit->blocks_) ref_block(b);
-    if (hit->has_checkpoint_) {
-      auto& c = checkpoints_.at(hit->checkpoint_);
-      if (c.ref++ == 0 && c.in_lru) lru_erase(true, hit->checkpoint_);
+  // Parts of the hit still in the host tier are pinned with the rest, then brought back.
+  std::int64_t from_host = 0;
+  auto hold = [&](int delta) {
+    for (std::size_t i = 0; i < hit->blocks_.size(); ++i) {
+      if (hit->blocks_[i] >= 0) {
+        if (delta > 0) ref_block(hit->blocks_[i]);
+        else unref_block(hit->blocks_[i]);
+      } else {
+        host_pin(false, hit->hashes_[i], delta);
+      }
     }
+    if (!hit->has_checkpoint_) return;
+    if (hit->checkpoint_host_) {
+      host_pin(true, hit->checkpoint_, delta);
+      return;
+    }
+    auto& c = checkpoints_.at(hit->checkpoint_);
+    if (delta > 0) {
+      if (c.ref++ == 0 && c.in_lru) lru_erase(true, hit->checkpoint_);
+    } else if (--c.ref == 0) {
+      lru_push(true, hit->checkpoint_);
+    }
+  };
+  if (use_hit) {
+    hold(+1);
+    for (auto b : hit->blocks_) from_host += b < 0 ? 1 : 0;
+    if (hit->has_checkpoint_ && hit->checkpoint_host_) from_host += ckpt_blocks_;
   }
   const std::int64_t have = use_hit ? static_cast<std::int64_t>(hit->blocks_.size()) : 0;
   const std::int64_t need = num_mla_ == 0 ? 0 : std::max<std::int64_t>(0, (tokens + k_.block_size - 1) / k_.block_size - have);
-  if (need > available_blocks()) {
-    if (use_hit) { // undo: nothing changed
-      for (auto b : hit->blocks_) unref_block(b);
-      if (hit->has_checkpoint_) {
-        auto& c = checkpoints_.at(hit->checkpoint_);
-        if (--c.ref == 0) lru_push(true, hit->checkpoint_);
-      }
-    }
+  if (need + from_host > available_blocks()) {
+    if (use_hit) hold(-1); // undo: nothing changed
     return nullptr;
+  }
+  if (use_hit && from_host > 0) {
+    // Back from the host tier, as a unit, before anything else can take the blocks.
+    for (std::size_t i = 0; i < hit->blocks_.size(); ++i) {
+      if (hit->blocks_[i] >= 0) continue;
+      const auto h = hit->hashes_[i];
+      const std::int32_t b = take_block(); // ref 1: the new sequence holds it
+      auto& e = host_rows_.at(h);
+      copy_bytes(device_region(b), host_region(e.blocks.front()), region_);
+      host_pin(false, h, -1);
+      host_erase(false, h);
+      ++host_reads_;
+      auto& m = meta_[static_cast<std::size_t>(b)];
+      if (!cached_.count(h)) { // (another copy may have been registered meanwhile)
+        cached_.emplace(h, b);
+        m.cached = true;
+        m.hash = h;
+      }
+      hit->blocks_[i] = b;
+    }
+    if (hit->has_checkpoint_ && hit->checkpoint_host_) {
+      const auto h = hit->checkpoint_;
+      checkpoint c;
+      for (std::int64_t n = 0; n < ckpt_blocks_; ++n) c.blocks.push_back(take_block());
+      for (auto b : c.blocks) meta_[static_cast<std::size_t>(b)] = block_meta{}; // owned by the checkpoint
+      ckpt_blocks_held_ += ckpt_blocks_;
+      const auto& e = host_ckpts_.at(h);
+      for (std::size_t j = 0; j < c.blocks.size(); ++j) copy_bytes(device_region(c.blocks[j]), host_region(e.blocks[j]), region_);
+      host_pin(true, h, -1);
+      host_erase(true, h);
+      ++host_reads_;
+      c.ref = 1; // held by this restore
+      checkpoints_.emplace(h, std::move(c));
+      hit->checkpoint_host_ = false;
+    }
   }
   seq s{-1, {}, model::sequence_state::view(c_, k_.block_size, k_.fp32_cache), {}, {}, {}, {}};
   s.slot = free_slots_.back();
@@ -260,15 +324,18 @@ void kv_manager::lru_erase(bool is_checkpoint, std::uint64_t key) {
   }
 }
 
-void kv_manager::evict_one() {
-  const auto [is_checkpoint, key] = lru_.front();
+void kv_manager::evict_one() { evict_entry(lru_.front().first, lru_.front().second); }
+
+void kv_manager::evict_entry(bool is_checkpoint, std::uint64_t key) {
   lru_erase(is_checkpoint, key);
   if (is_checkpoint) {
     auto it = checkpoints_.find(key);
+    if (tier_) tier_out(true, key, it->second.blocks);
     free_checkpoint_blocks(it->second.blocks);
     checkpoints_.erase(it);
   } else {
     auto& m = meta_[static_cast<std::size_t>(key)];
+    if (tier_) tier_out(false, m.hash, {static_cast<std::int32_t>(key)});
     cached_.erase(m.hash);
     m.cached = false;
     free_blocks_.push_back(static_cast<std::int32_t>(key));
@@ -366,10 +433,11 @@ prefix_hit kv_manager::lookup(std::span<const std::int32_t> tokens) {
   for (std::size_t i = 0; i < nb; ++i) {
     prev = chain_hash(prev, tokens.subspan(i * B, B));
     const auto it = cached_.find(prev);
-    if (it == cached_.end()) break;
-    h.blocks_.push_back(it->second);
+    if (it != cached_.end()) h.blocks_.push_back(it->second);
+    else if (tier_ && host_rows_.count(prev)) h.blocks_.push_back(-1); // in the host tier
+    else break;
     h.hashes_.push_back(prev);
-    if (num_kda_ == 0 || checkpoints_.count(prev)) best = i + 1;
+    if (num_kda_ == 0 || checkpoints_.count(prev) || (tier_ && host_ckpts_.count(prev))) best = i + 1;
   }
   h.rows_ = static_cast<std::int64_t>(h.blocks_.size() * B);
   h.blocks_.resize(best);
@@ -377,6 +445,7 @@ prefix_hit kv_manager::lookup(std::span<const std::int32_t> tokens) {
   if (best > 0 && num_kda_ > 0) {
     h.has_checkpoint_ = true;
     h.checkpoint_ = h.hashes_.back();
+    h.checkpoint_host_ = !checkpoints_.count(h.checkpoint_);
   }
   h.tokens_ = static_cast<std::int64_t>(best * B);
   return h;
@@ -395,7 +464,14 @@ bool kv_manager::plan_checkpoint(seq_id id, std::int64_t boundary, bool keep, st
     p.blocks = std::move(s.rolling->blocks);
     s.rolling.reset();
   } else {
-    if (ckpt_blocks_held_ + ckpt_blocks_ > ckpt_block_cap_ || available_blocks() < ckpt_blocks_ + reserve) return false;
+    // At the checkpoints' share of the pool, the least recently used unreferenced checkpoint
+    // makes room (to the host tier when there is one): new boundaries are worth more.
+    while (ckpt_blocks_held_ + ckpt_blocks_ > ckpt_block_cap_) {
+      auto victim = std::find_if(lru_.begin(), lru_.end(), [](const auto& e) { return e.first; });
+      if (victim == lru_.end()) return false;
+      evict_entry(true, victim->second);
+    }
+    if (available_blocks() < ckpt_blocks_ + reserve) return false;
     for (std::int64_t n = 0; n < ckpt_blocks_; ++n) p.blocks.push_back(take_block());
     ckpt_blocks_held_ += ckpt_blocks_;
   }
@@ -428,6 +504,73 @@ void kv_manager::step_done(seq_id id, std::span<const std::int32_t> tokens, std:
   }
 }
 
+// ---- second tier ------------------------------------------------------------------------------
+
+char* kv_manager::device_region(std::int32_t b) const noexcept {
+  return reinterpret_cast<char*>(blocks_ + static_cast<std::size_t>(b) * num_mla_ * block_elems_);
+}
+
+char* kv_manager::host_region(std::int32_t b) const noexcept {
+  return static_cast<char*>(host_mem_.get()) + static_cast<std::size_t>(b) * region_;
+}
+
+void kv_manager::copy_bytes(void* dst, const void* src, std::size_t n) const {
+  if (k_.copy) k_.copy(dst, src, n);
+  else std::memcpy(dst, src, n);
+}
+
+bool kv_manager::host_take(std::int64_t n, std::vector<std::int32_t>& out) {
+  if (n > host_blocks_) return false;
+  while (static_cast<std::int64_t>(host_free_.size()) < n) {
+    // Oldest unpinned entry first (pinned ones are being brought back right now).
+    auto it = std::find_if(host_lru_.begin(), host_lru_.end(), [&](const auto& e) {
+      return (e.first ? host_ckpts_ : host_rows_).at(e.second).pins == 0;
+    });
+    if (it == host_lru_.end()) return false;
+    host_erase(it->first, it->second);
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    out.push_back(host_free_.back());
+    host_free_.pop_back();
+  }
+  return true;
+}
+
+void kv_manager::host_erase(bool is_checkpoint, std::uint64_t hash) {
+  auto& map = is_checkpoint ? host_ckpts_ : host_rows_;
+  auto it = map.find(hash);
+  if (it == map.end()) return;
+  if (it->second.in_lru) host_lru_.erase(it->second.lru);
+  for (auto b : it->second.blocks) host_free_.push_back(b);
+  map.erase(it);
+}
+
+void kv_manager::host_pin(bool is_checkpoint, std::uint64_t hash, int delta) {
+  auto& e = (is_checkpoint ? host_ckpts_ : host_rows_).at(hash);
+  e.pins += delta;
+  if (e.pins > 0 && e.in_lru) {
+    host_lru_.erase(e.lru);
+    e.in_lru = false;
+  } else if (e.pins == 0 && !e.in_lru) {
+    host_lru_.emplace_back(is_checkpoint, hash);
+    e.lru = std::prev(host_lru_.end());
+    e.in_lru = true;
+  }
+}
+
+void kv_manager::tier_out(bool is_checkpoint, std::uint64_t hash, const std::vector<std::int32_t>& device_blocks) {
+  auto& map = is_checkpoint ? host_ckpts_ : host_rows_;
+  if (map.count(hash) || device_blocks.empty()) return; // already there
+  host_entry e;
+  if (!host_take(static_cast<std::int64_t>(device_blocks.size()), e.blocks)) return; // no room: dropped
+  for (std::size_t j = 0; j < device_blocks.size(); ++j) copy_bytes(host_region(e.blocks[j]), device_region(device_blocks[j]), region_);
+  host_lru_.emplace_back(is_checkpoint, hash);
+  e.lru = std::prev(host_lru_.end());
+  e.in_lru = true;
+  map.emplace(hash, std::move(e));
+  ++host_writes_;
+}
+
 kv_usage kv_manager::usage() const {
   kv_usage u;
   u.num_slots = num_slots_;
@@ -440,6 +583,10 @@ kv_usage kv_manager::usage() const {
   u.evictable_blocks = lru_blocks_;
   u.checkpoints = static_cast<std::int64_t>(checkpoints_.size());
   u.checkpoint_blocks = ckpt_blocks_held_;
+  u.host_blocks = host_blocks_;
+  u.host_used_blocks = host_blocks_ - static_cast<std::int64_t>(host_free_.size());
+  u.host_writes = host_writes_;
+  u.host_reads = host_reads_;
   return u;
 }
 
@@ -493,6 +640,24 @@ std::string kv_manager::audit() const {
   for (const auto& [h, b] : cached_)
     if (!meta_[static_cast<std::size_t>(b)].cached || meta_[static_cast<std::size_t>(b)].hash != h) return "hash map entry for an unregistered block";
   if (static_cast<int>(free_slots_.size()) + static_cast<int>(seqs_.size()) != num_slots_) return "slots leaked";
+  if (tier_) {
+    std::vector<char> used(static_cast<std::size_t>(host_blocks_), 0);
+    for (auto b : host_free_)
+      if (used[static_cast<std::size_t>(b)]++) return "host block " + std::to_string(b) + " twice";
+    std::size_t in_lru = 0;
+    for (const auto* map : {&host_rows_, &host_ckpts_})
+      for (const auto& [h, e] : *map) {
+        if (e.pins != 0) return "a host entry is still pinned";
+        if (!e.in_lru) return "a host entry is outside the host LRU";
+        ++in_lru;
+        if (map == &host_rows_ && e.blocks.size() != 1) return "a host row entry holds " + std::to_string(e.blocks.size()) + " blocks";
+        if (map == &host_ckpts_ && static_cast<std::int64_t>(e.blocks.size()) != ckpt_blocks_) return "a host checkpoint has the wrong size";
+        for (auto b : e.blocks)
+          if (used[static_cast<std::size_t>(b)]++) return "host block " + std::to_string(b) + " in two roles";
+      }
+    if (in_lru != host_lru_.size()) return "host LRU size mismatch";
+    if (std::count(used.begin(), used.end(), 0) != 0) return "host blocks leaked";
+  }
   return "";
 }
 

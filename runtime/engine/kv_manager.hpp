@@ -36,6 +36,11 @@
 // consumed by allocate(): it takes the references on the blocks and the checkpoint together
 // and emits the copy that restores the state — a restore is never half done.
 //
+// Second tier (kv_config::host_tier_bytes): an evicted cached block or checkpoint is first
+// copied to host memory (its own LRU); lookup continues through host entries, and allocate()
+// brings a hit's host blocks and checkpoint back into the pool before anything else — pinned
+// together, all or nothing, under the same hashes.
+//
 // Copies are data, not work: plan_checkpoint() and allocate() append state_copy segments
 // (destination, source, bytes inside the pools) that the executor runs before (restores) or
 // after (checkpoints) the step's forward pass, on the memory the pools live in.
@@ -88,6 +93,13 @@ struct kv_config {
   std::int64_t checkpoint_interval = 0;
   /// Largest share of the blocks checkpoints may hold (the rest stays for rows).
   double checkpoint_share = 0.5;
+  /// Second tier (prefix caching, backed pools): bytes of host memory that receive evicted
+  /// cached blocks and checkpoints, and give them back on a hit. 0: none.
+  std::int64_t host_tier_bytes = 0;
+  /// Host storage for the second tier (pinned memory on CUDA); empty: new[].
+  std::function<std::shared_ptr<void>(std::size_t bytes)> host_allocate = {};
+  /// Synchronous copy between pool and tier memory (cudaMemcpy on CUDA); empty: memcpy.
+  std::function<void(void* dst, const void* src, std::size_t bytes)> copy = {};
 };
 
 struct kv_usage {
@@ -97,6 +109,8 @@ struct kv_usage {
   std::int64_t cached_blocks = 0;       ///< registered row blocks (held or not)
   std::int64_t evictable_blocks = 0;    ///< blocks no sequence holds, evicted on demand
   std::int64_t checkpoints = 0, checkpoint_blocks = 0;
+  std::int64_t host_blocks = 0, host_used_blocks = 0;   ///< second tier (block-sized units)
+  std::int64_t host_writes = 0, host_reads = 0;         ///< entries written out / brought back
 };
 
 /// One copy inside the pools (device or host memory, as the pools are).
@@ -123,10 +137,11 @@ public:
 
 private:
   friend class kv_manager;
-  std::vector<std::int32_t> blocks_;
+  std::vector<std::int32_t> blocks_; // device block, or -1: in the host tier (under its hash)
   std::vector<std::uint64_t> hashes_; // chain hash of each block
   std::uint64_t checkpoint_ = 0;
   bool has_checkpoint_ = false;
+  bool checkpoint_host_ = false;      // the checkpoint is in the host tier
   std::int64_t tokens_ = 0;
   std::int64_t rows_ = 0;
 };
@@ -220,6 +235,7 @@ private:
   void lru_push(bool is_checkpoint, std::uint64_t key);
   void lru_erase(bool is_checkpoint, std::uint64_t key);
   void evict_one();
+  void evict_entry(bool is_checkpoint, std::uint64_t key);
   void free_checkpoint_blocks(std::vector<std::int32_t>& blocks);
   void commit(seq& s, pending_checkpoint p); // register as a checkpoint under its chain hash
   void register_blocks(seq& s, std::span<const std::int32_t> tokens, std::int64_t computed);
@@ -227,6 +243,20 @@ private:
   [[nodiscard]] std::int64_t available_blocks() const noexcept {
     return static_cast<std::int64_t>(free_blocks_.size()) + lru_blocks_;
   }
+  // second tier
+  struct host_entry {
+    std::vector<std::int32_t> blocks;
+    std::int32_t pins = 0;
+    bool in_lru = false;
+    std::list<std::pair<bool, std::uint64_t>>::iterator lru;
+  };
+  void tier_out(bool is_checkpoint, std::uint64_t hash, const std::vector<std::int32_t>& device_blocks);
+  bool host_take(std::int64_t n, std::vector<std::int32_t>& out); // evicting the host LRU
+  void host_erase(bool is_checkpoint, std::uint64_t hash);
+  void host_pin(bool is_checkpoint, std::uint64_t hash, int delta);
+  void copy_bytes(void* dst, const void* src, std::size_t n) const;
+  [[nodiscard]] char* device_region(std::int32_t b) const noexcept;
+  [[nodiscard]] char* host_region(std::int32_t b) const noexcept;
 
   model::model_config c_;
   kv_config k_;
@@ -253,6 +283,13 @@ private:
   std::unordered_map<std::uint64_t, checkpoint> checkpoints_;   // chain hash at its boundary → checkpoint
   std::list<std::pair<bool, std::uint64_t>> lru_;               // (is checkpoint, block id or hash), oldest first
   std::int64_t lru_blocks_ = 0, ckpt_blocks_held_ = 0;
+  bool tier_ = false;
+  std::size_t region_ = 0;               // bytes of one block (all MLA layers)
+  std::shared_ptr<void> host_mem_;
+  std::int64_t host_blocks_ = 0, host_writes_ = 0, host_reads_ = 0;
+  std::vector<std::int32_t> host_free_;
+  std::unordered_map<std::uint64_t, host_entry> host_rows_, host_ckpts_; // by chain hash
+  std::list<std::pair<bool, std::uint64_t>> host_lru_;                   // (is checkpoint, hash)
 };
 
 } // namespace k3::engine

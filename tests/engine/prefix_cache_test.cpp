@@ -94,6 +94,12 @@ TEST_CASE("kv: prefix cache under random admit/hit/step/finish/cancel/preempt/fa
   kv_config k{.memory_bytes = per_seq * 3, .block_size = B, .max_model_len = 384, .max_num_seqs = 5};
   k.prefix_caching = true;
   k.checkpoint_interval = 64;
+  // Both pools are host memory here, so the second tier's round trips are tested on the CPU:
+  // evicted blocks and checkpoints go out and come back, and the contents checks below see
+  // any block or state that came back wrong.
+  const bool tier = GENERATE(false, true);
+  if (tier) k.host_tier_bytes = 40 * kv_manager::block_bytes(c, B, false);
+  INFO("host tier " << tier);
   kv_manager kv(c, k);
   REQUIRE(kv.caching());
   REQUIRE(kv.checkpoint_blocks() > 0);
@@ -196,6 +202,10 @@ TEST_CASE("kv: prefix cache under random admit/hit/step/finish/cancel/preempt/fa
   CHECK(hits > 100);
   CHECK(checkpoints > 100);
   CHECK(hit_tokens > 100 * B);
+  if (tier) {
+    CHECK(u.host_writes > 100);
+    CHECK(u.host_reads > 50);
+  }
 }
 
 TEST_CASE("kv: a hit needs a checkpoint at its boundary; lookup never matches a whole prompt", "[engine]") {
@@ -470,5 +480,49 @@ TEST_CASE("scheduler: a prefix two prompts share gets a checkpoint where they br
   CHECK(cached[0] == 0);  // nothing cached yet
   CHECK(cached[1] == 0);  // rows of the shared prefix are cached, but no state at 96: computed, and checkpointed there
   CHECK(cached[2] == 96); // the branch point's checkpoint
+  CHECK(kv.audit() == "");
+}
+
+TEST_CASE("scheduler: a hit brought back from the host tier gives the logits of a scratch run", "[engine]") {
+  test::temp_dir d("pc_tier");
+  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
+  auto m = model::model::load(d.str(), {.progress = 0, .exact_fp32 = true});
+  const auto& c = m->config();
+  // A device pool for about two sequences, and a host tier: other sessions push the first one out.
+  const std::int64_t bb = kv_manager::block_bytes(c, 16, true);
+  kv_config k{.memory_bytes = 2 * (kv_manager::slot_bytes(c) + 12 * bb), .block_size = 16, .max_model_len = 192,
+              .max_num_seqs = 2, .fp32_cache = true};
+  k.prefix_caching = true;
+  k.checkpoint_interval = -1;
+  k.host_tier_bytes = 200 * bb;
+  kv_manager kv(c, k);
+  scheduler s({.max_num_batched_tokens = 64, .max_num_seqs = 2, .vocab = c.vocab}, kv);
+  logging_executor ex(*m);
+  test::rng r(91);
+  auto random_prompt = [&](int n) {
+    std::vector<std::int32_t> p(static_cast<std::size_t>(n));
+    for (auto& t : p) t = r.below(700);
+    return p;
+  };
+  const auto a = random_prompt(101);
+  REQUIRE(s.submit(greedy(1, a, 8)) == errc::none);
+  const auto out1 = drain(s, ex).out.at(1);
+  for (request_id id = 2; id < 8; ++id) { // other sessions fill the device pool
+    REQUIRE(s.submit(greedy(id, random_prompt(120), 4)) == errc::none);
+    drain(s, ex);
+  }
+  const auto written = kv.usage().host_writes;
+  CHECK(written > 0);
+  auto next = a;
+  next.insert(next.end(), out1.begin(), out1.end());
+  const auto tail = random_prompt(20);
+  next.insert(next.end(), tail.begin(), tail.end());
+  const auto q = greedy(20, next, 6);
+  REQUIRE(s.submit(q) == errc::none);
+  const auto reads = kv.usage().host_reads;
+  const auto got = drain(s, ex);
+  CHECK(kv.usage().host_reads > reads); // the hit came (at least partly) from the host tier
+  CHECK(got.cached.at(20) >= 96);
+  CHECK(rel_diff(ex.rows.at(20), scratch_rows(*m, q)) <= 1e-4);
   CHECK(kv.audit() == "");
 }
