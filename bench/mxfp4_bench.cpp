@@ -95,7 +95,9 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
   auto stream_pass = [&] { sink = sink + stream_read(regions); };
 
   table t({{"kernel", 26}, {"M", 4}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"tok-GEMV/s", 11}});
-  for (int m : {1, 16}) {
+  for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{16, mxfp4::activations::fp32},
+                                std::pair{1, mxfp4::activations::bf16}, std::pair{16, mxfp4::activations::bf16}}) {
+    if (act == mxfp4::activations::bf16 && !bf16_dot_available()) continue; // no AVX512-BF16 here
     const std::int64_t rows = static_cast<std::int64_t>(experts_per_layer) * m;
     std::vector<float> x(static_cast<std::size_t>(rows * hidden)), h(static_cast<std::size_t>(rows * inter)),
         y1(static_cast<std::size_t>(rows * inter)), y3(y1.size()), y2(static_cast<std::size_t>(rows * hidden));
@@ -114,9 +116,9 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
           s3.push_back({e.w3, j * m, (j + 1) * m});
           s2.push_back({e.w2, j * m, (j + 1) * m});
         }
-        mxfp4::grouped_gemm(x.data(), hidden, s1, y1.data(), inter);
-        mxfp4::grouped_gemm(x.data(), hidden, s3, y3.data(), inter);
-        mxfp4::grouped_gemm(h.data(), inter, s2, y2.data(), hidden);
+        mxfp4::grouped_gemm(x.data(), hidden, s1, y1.data(), inter, act);
+        mxfp4::grouped_gemm(x.data(), hidden, s3, y3.data(), inter, act);
+        mxfp4::grouped_gemm(h.data(), inter, s2, y2.data(), hidden, act);
       }
     };
     pass(); // warm-up (page faults, thread pool)
@@ -124,7 +126,8 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
     const double gk = total_bytes / tk / 1e9, gs = total_bytes / ts / 1e9;
     const double gemvs = static_cast<double>(n_experts) * 3 * m / tk;
-    t.row({"grouped w1+w3+w2, 16/layer", std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gemvs, 0)});
+    t.row({act == mxfp4::activations::bf16 ? "grouped, bf16 activations" : "grouped w1+w3+w2, 16/layer", std::to_string(m), fmt(gk),
+           fmt(gs), fmt(gk / gs), fmt(gemvs, 0)});
   }
   (void)sink;
   return 0;

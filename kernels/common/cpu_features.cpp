@@ -62,4 +62,12 @@ bool parse_isa(std::string_view text, isa& out) noexcept {
   return true;
 }
 
+bool bf16_dot_available() noexcept {
+  static const bool cpu = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return cpu && active_isa() == isa::avx512;
+}
+
 } // namespace k3

@@ -27,6 +27,9 @@ isa set_isa_override(isa level) noexcept;
 
 [[nodiscard]] std::string_view to_string(isa level) noexcept;
 
+/// AVX512-BF16 (vdpbf16ps) usable now: the CPU has it and the active ISA is AVX-512.
+[[nodiscard]] bool bf16_dot_available() noexcept;
+
 /// Parses "scalar", "avx2", "avx512"; false on anything else.
 bool parse_isa(std::string_view text, isa& out) noexcept;
 

@@ -11,7 +11,8 @@
 namespace k3::mxfp4 {
 namespace {
 
-detail::gemm_rows_fn select() noexcept {
+detail::gemm_rows_fn select(activations a = activations::fp32, std::int64_t cols = 0) noexcept {
+  if (a == activations::bf16 && cols % 64 == 0 && bf16_dot_available()) return detail::gemm_rows_avx512bf16;
   switch (active_isa()) {
     case isa::avx512: return detail::gemm_rows_avx512;
     case isa::avx2: return detail::gemm_rows_avx2;
@@ -53,10 +54,11 @@ void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_vi
   select()(x, ldx, m, w, row_begin, row_end, y, ldy);
 }
 
-void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy) {
+void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy,
+          activations a) {
   check(x, ldx, m, w, y, ldy, "mxfp4::gemm");
   if (m == 0 || w.rows == 0) return;
-  const auto fn = select();
+  const auto fn = select(a, w.cols);
   const std::int64_t tile = row_tile(w.rows, m);
   const std::int64_t tiles = (w.rows + tile - 1) / tile;
   parallel_for(tiles, [&](std::int64_t t) {
@@ -65,7 +67,7 @@ void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w
 }
 
 void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
-                  std::int64_t ldy) {
+                  std::int64_t ldy, activations a) {
   struct item {
     std::size_t seg;
     std::int64_t r0, r1;
@@ -87,7 +89,7 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     tile = (tile + 3) / 4 * 4;
     for (std::int64_t r = 0; r < s.w.rows; r += tile) items.push_back({i, r, std::min(s.w.rows, r + tile)});
   }
-  const auto fn = select();
+  const auto fn = select(a, segments.empty() ? 0 : segments.front().w.cols);
   parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];

@@ -34,8 +34,16 @@ struct matrix_view {
   [[nodiscard]] std::int64_t bytes() const noexcept { return rows * (cols / 2) + rows * (cols / block_size); }
 };
 
+/// Activation precision inside the dot products. fp32: the exact contract above. bf16: each
+/// activation is rounded to bf16 (nearest even) once, products summed in fp32 — the production
+/// numerics on CPUs with AVX512-BF16 (vdpbf16ps, twice the multiply-adds per instruction);
+/// elsewhere, or when cols % 64 != 0, it falls back to fp32. The rounding does not depend on m
+/// or on the other tokens: a token's result is the same alone or batched.
+enum class activations { fp32, bf16 };
+
 /// y = x · Wᵀ for m tokens, parallel over row tiles.
-void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy);
+void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy,
+          activations a = activations::fp32);
 
 /// Serial form over rows [row_begin, row_end) only.
 void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t row_begin,
@@ -53,7 +61,7 @@ struct expert_segment {
 /// All segments' work is spread over the pool as (segment, row-tile) items in one call.
 /// REQUIRES: segments do not overlap in [begin, end); every w_s has the same cols.
 void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
-                  std::int64_t ldy);
+                  std::int64_t ldy, activations a = activations::fp32);
 
 namespace detail {
 // Per-ISA serial kernels (same contract as gemm_rows; m ≥ 1, shapes already checked).
@@ -65,6 +73,9 @@ void gemm_rows_avx2(const float*, std::int64_t, std::int64_t, const matrix_view&
                     float*, std::int64_t);
 void gemm_rows_avx512(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
                       float*, std::int64_t);
+/// bf16 activations (see activations::bf16); REQUIRES cols % 64 == 0 and AVX512-BF16.
+void gemm_rows_avx512bf16(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
+                          float*, std::int64_t);
 } // namespace detail
 
 } // namespace k3::mxfp4
