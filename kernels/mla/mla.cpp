@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <cblas.h>
+
 #include "kernels/common/parallel.hpp"
 
 namespace k3::mla {
@@ -248,14 +250,8 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
         sum[static_cast<std::size_t>(q)] = sum[static_cast<std::size_t>(q)] * alpha + rs;
         m[static_cast<std::size_t>(q)] = mnew;
       }
-      // acc += P · rows (latent part), row by row over the rows each query sees. (A 4-row
-      // register-blocked version was faster but not bit-identical across token groupings.)
-      for (int q = 0; q < Q; ++q) {
-        float* a = acc.data() + static_cast<std::size_t>(q) * L;
-        const float* p = sc.data() + static_cast<std::size_t>(q) * tile_rows;
-        for (int k = 0; k < nk; ++k)
-          if (p[k] != 0.0f) axpy(a, rows + static_cast<std::size_t>(k) * W, p[k], L);
-      }
+      // acc += P · rows (latent part) as one small GEMM per tile.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Q, L, nk, 1.0f, sc.data(), tile_rows, rows, W, 1.0f, acc.data(), L);
     }
     for (int q = 0; q < Q; ++q) {
       const std::int64_t t = t0 + q / HG;

@@ -183,7 +183,7 @@ TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd
   }
 }
 
-TEST_CASE("mla: one prefill over several tiles equals token-by-token decode exactly", "[mla]") {
+TEST_CASE("mla: one prefill over several tiles equals chunked prefill and token-by-token decode (fp32 rounding)", "[mla]") {
   test::rng r(65);
   const mla::dims d{3, 8, 4, 24, 6};
   const std::int64_t T = 140;
@@ -204,8 +204,19 @@ TEST_CASE("mla: one prefill over several tiles equals token-by-token decode exac
     mla::attention(qn.data() + t0 * d.heads * d.nope, qr.data() + t0 * d.heads * d.rope, kvb.data(), cache.view, d, t0, n,
                    nullptr, chunked.data() + t0 * d.heads * d.v);
   }
-  CHECK(all == step);
-  CHECK(all == chunked);
+  // The weighted row sums are small GEMMs whose summation order may depend on how many query
+  // rows share a call: equal to fp32 rounding, not bit for bit.
+  auto worst = [&](const std::vector<float>& b) {
+    double diff = 0, scale = 1e-30;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const double e = std::fabs(double(all[i]) - b[i]);
+      if (!(e <= diff)) diff = e; // NaN propagates
+      scale = std::max(scale, std::fabs(double(all[i])));
+    }
+    return diff / scale;
+  };
+  CHECK(worst(step) < 1e-6);
+  CHECK(worst(chunked) < 1e-6);
 }
 
 TEST_CASE("mla: the vectorized exp is within 3e-7 of exp and gives exact zeros far below", "[mla]") {
