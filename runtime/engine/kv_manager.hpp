@@ -160,6 +160,8 @@ public:
   [[nodiscard]] static std::uint64_t chain_hash(std::uint64_t prev, std::span<const std::int32_t> block_tokens) noexcept;
 
   [[nodiscard]] bool has(seq_id id) const { return seqs_.count(id) != 0; }
+  /// A new sequence could get a KDA slot.
+  [[nodiscard]] bool has_free_slot() const noexcept { return !free_slots_.empty(); }
   /// Blocks still needed for `id` (or a new sequence) to cover `tokens` rows.
   [[nodiscard]] std::int64_t blocks_needed(seq_id id, std::int64_t tokens) const;
   [[nodiscard]] bool can_allocate(seq_id id, std::int64_t tokens) const;
@@ -226,6 +228,7 @@ private:
     std::int32_t ref = 0;
     bool in_lru = false;
     std::list<std::pair<bool, std::uint64_t>>::iterator lru;
+    std::list<std::uint64_t>::iterator ckpt_lru; // its place among the LRU's checkpoints
   };
 
   void point(seq& s);
@@ -282,6 +285,7 @@ private:
   std::unordered_map<std::uint64_t, std::int32_t> cached_;      // chain hash → row block
   std::unordered_map<std::uint64_t, checkpoint> checkpoints_;   // chain hash at its boundary → checkpoint
   std::list<std::pair<bool, std::uint64_t>> lru_;               // (is checkpoint, block id or hash), oldest first
+  std::list<std::uint64_t> ckpt_lru_;                           // the checkpoints of lru_, same order
   std::int64_t lru_blocks_ = 0, ckpt_blocks_held_ = 0;
   bool tier_ = false;
   std::size_t region_ = 0;               // bytes of one block (all MLA layers)

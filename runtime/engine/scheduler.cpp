@@ -127,8 +127,9 @@ void scheduler::plan_checkpoints(batch_plan& plan) {
     // Past the turn boundary (generation, or a prompt's final partial block) the state is
     // kept as the sequence's rolling checkpoint, committed when it is released.
     if (!keep && end < r.turn_end) continue;
-    if (kv_.plan_checkpoint(e.id, end, keep, plan.copies_after, reserve)) ++stats_.checkpoints_planned;
-    else ++stats_.checkpoints_skipped;
+    // Not planned when the pool has no room without squeezing the running sequences: the
+    // boundary is then simply not reusable.
+    kv_.plan_checkpoint(e.id, end, keep, plan.copies_after, reserve);
   }
 }
 
@@ -170,21 +171,22 @@ batch_plan scheduler::schedule() {
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
       const auto w = next_waiting();
       record* r = *w;
+      // No slot, no admission: stop before hashing the prompt (a request that waits would
+      // otherwise be looked up, and counted, at every step).
+      if (!kv_.has_free_slot()) break;
       // A prefix hit starts the request at its boundary; only what follows is computed.
       prefix_hit hit;
-      if (kv_.caching() && r->computed == 0) {
-        hit = kv_.lookup(r->tokens);
-        stats_.prefix_queries += static_cast<std::int64_t>(r->tokens.size());
-      }
+      if (kv_.caching() && r->computed == 0) hit = kv_.lookup(r->tokens);
       const std::int64_t start = hit.tokens(), hit_rows = hit.rows();
       // Rows cached past the hit without a checkpoint: the prefix branches there.
       r->branch = hit_rows > start && hit_rows < r->turn_end ? hit_rows : 0;
       const std::int64_t n = chunk(*r, start, std::min<std::int64_t>(static_cast<std::int64_t>(r->tokens.size()) - start, budget));
       auto* st = kv_.allocate(r->spec.id, start + n, &hit, &plan.copies_before);
       if (!st) break;
-      if (start > 0) {
+      if (kv_.caching()) { // counted once per admission (vLLM's queries/hits, in tokens)
+        stats_.prefix_queries += static_cast<std::int64_t>(r->tokens.size());
         stats_.prefix_hits += start;
-        ++stats_.restores;
+        if (start > 0) ++stats_.restores;
       }
       if (r->cached < 0) r->cached = start;
       r->computed = start;

@@ -137,7 +137,7 @@ struct scheduler_stats {
   std::int64_t steps = 0, preemptions = 0, tokens_scheduled = 0, requests_finished = 0;
   /// Prefix cache, in tokens (vLLM's counters): looked up at each admission / found cached.
   std::int64_t prefix_queries = 0, prefix_hits = 0;
-  std::int64_t checkpoints_planned = 0, checkpoints_skipped = 0, restores = 0;
+  std::int64_t restores = 0; ///< admissions that restored a checkpoint
 };
 
 class scheduler {

@@ -10,6 +10,7 @@
 #include "runtime/engine/executor.hpp"
 #include "runtime/engine/kv_manager.hpp"
 #include "runtime/engine/scheduler.hpp"
+#include "tests/engine/engine_fixture.hpp"
 #include "tests/model/model_fixture.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -18,19 +19,7 @@ using namespace k3::engine;
 
 namespace {
 
-model::model_config small_config() {
-  model::model_config c;
-  c.num_layers = 4;
-  c.layer_is_kda = {true, true, false, false};
-  c.layer_is_moe = {false, true, true, true};
-  c.kda_heads = 2;
-  c.kda_head_dim = 8;
-  c.conv_kernel = 4;
-  c.kv_lora_rank = 16;
-  c.qk_rope = 8;
-  c.vocab = 1000;
-  return c;
-}
+model::model_config small_config() { return test::small_engine_config(2, 8, 16); }
 
 // ---- a fake forward pass that writes what the state must hold ---------------------------------
 // Row p of every MLA layer holds tag(tokens[0..p]) in its first element; the KDA state and conv

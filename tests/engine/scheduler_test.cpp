@@ -7,6 +7,7 @@
 #include "runtime/engine/kv_manager.hpp"
 #include "runtime/engine/scheduler.hpp"
 #include "runtime/model/generate.hpp"
+#include "tests/engine/engine_fixture.hpp"
 #include "tests/model/model_fixture.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -15,19 +16,7 @@ using namespace k3::engine;
 
 namespace {
 
-model::model_config small_config() {
-  model::model_config c;
-  c.num_layers = 4;
-  c.layer_is_kda = {true, true, true, false};
-  c.layer_is_moe = {false, true, true, true};
-  c.kda_heads = 2;
-  c.kda_head_dim = 16;
-  c.conv_kernel = 4;
-  c.kv_lora_rank = 32;
-  c.qk_rope = 8;
-  c.vocab = 1000;
-  return c;
-}
+model::model_config small_config() { return test::small_engine_config(3, 16, 32); }
 
 struct run_log {
   std::map<request_id, std::vector<std::int32_t>> out;

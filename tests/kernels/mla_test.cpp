@@ -16,12 +16,13 @@ struct paged_cache {
   std::vector<std::vector<bf16_t>> storage;
   std::vector<bf16_t*> blocks;
   mla::cache_view view;
-  paged_cache(std::int64_t capacity, int block_size, int width) {
+  /// fp32: rows hold floats (the exact-numerics mode), blocks twice the size.
+  paged_cache(std::int64_t capacity, int block_size, int width, bool fp32 = false) {
     const std::int64_t n = (capacity + block_size - 1) / block_size;
     // Blocks allocated out of order in memory, as a pool would hand them out.
-    for (std::int64_t i = 0; i < n; ++i) storage.emplace_back(static_cast<std::size_t>(block_size) * width);
+    for (std::int64_t i = 0; i < n; ++i) storage.emplace_back(static_cast<std::size_t>(block_size) * width * (fp32 ? 2 : 1));
     for (std::int64_t i = n - 1; i >= 0; --i) blocks.push_back(storage[static_cast<std::size_t>(i)].data());
-    view = {blocks.data(), block_size};
+    view = {blocks.data(), block_size, fp32};
   }
 };
 
@@ -124,22 +125,6 @@ TEST_CASE("mla: the first token attends only to itself", "[mla]") {
   }
 }
 
-namespace {
-
-/// A paged cache whose rows are fp32 (the exact-numerics mode): blocks hold floats.
-struct paged_cache_f32 {
-  std::vector<std::vector<float>> storage;
-  std::vector<bf16_t*> blocks;
-  mla::cache_view view;
-  paged_cache_f32(std::int64_t capacity, int block_size, int width) {
-    const std::int64_t n = (capacity + block_size - 1) / block_size;
-    for (std::int64_t i = 0; i < n; ++i) storage.emplace_back(static_cast<std::size_t>(block_size) * width);
-    for (std::int64_t i = n - 1; i >= 0; --i) blocks.push_back(reinterpret_cast<bf16_t*>(storage[static_cast<std::size_t>(i)].data()));
-    view = {blocks.data(), block_size, true};
-  }
-};
-
-} // namespace
 
 TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd shapes, bf16 and fp32 rows", "[mla]") {
   test::rng r(64);
@@ -162,9 +147,8 @@ TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd
     auto ckv = r.normals(P * d.latent), kr = r.normals(P * d.rope);
     auto qn = r.normals(s.T * d.heads * d.nope), qr = r.normals(s.T * d.heads * d.rope);
     auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent), gate = r.normals(s.T * d.heads * d.v);
-    paged_cache cb(P, s.block, d.row_width());
-    paged_cache_f32 cf(P, s.block, d.row_width());
-    const auto& view = s.fp32 ? cf.view : cb.view;
+    paged_cache cache(P, s.block, d.row_width(), s.fp32);
+    const auto& view = cache.view;
     mla::cache_write(view, d, 0, P, ckv.data(), d.latent, kr.data(), d.rope);
     std::vector<float> tiled(s.T * d.heads * d.v), rowwise(tiled.size());
     const float* g = s.gated ? gate.data() : nullptr;
