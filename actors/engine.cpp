@@ -232,6 +232,7 @@ submit_result llm_engine::submit(std::vector<std::int32_t> prompt, const generat
   spec.sampling = gp.sampling;
   spec.seed = gp.seed;
   spec.grammar = gp.grammar;
+  spec.media = gp.media;
   actors::request_options ro;
   ro.id = out.id;
   ro.stop_strings = gp.stop;

@@ -56,6 +56,26 @@ void add_server_options(CLI::App& app, server_config& c) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(srv_g);
 
+  app.add_option("--allowed-media-domains", c.allowed_media_domains,
+                 "Hosts that http(s) image URLs may name (comma-separated; checked on every redirect); default: none, "
+                 "only data: URLs")
+      ->delimiter(',')
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(srv_g);
+  app.add_option("--allowed-local-media-path", c.allowed_local_media_path,
+                 "Directory file:// image URLs may read from (default: file URLs refused)")
+      ->group(srv_g);
+  app.add_option("--media-fetch-timeout", c.media_fetch_timeout, "Seconds one image download may take (504 after)")
+      ->check(Range(0.001, 3600.0))
+      ->group(srv_g);
+  app.add_option("--max-image-bytes", c.max_image_bytes, "Largest image (download or data URL) in bytes (422 beyond)")
+      ->check(Range(std::int64_t{1}, std::int64_t{1} << 34))
+      ->group(srv_g);
+  add_bool(app, "--media-allow-private-networks", c.media_allow_private_networks,
+           "Let image URLs reach loopback, private and link-local addresses (refused by default: no SSRF proxy)")
+      ->group(srv_g);
+
   app.add_option("--max-model-len,--context-length", c.max_model_len,
                  "Context length in tokens (auto or 0: min(config, 32768))")
       ->transform([](std::string s) { return s == "auto" ? std::string("0") : s; })

@@ -64,6 +64,12 @@ struct server_config {
   bool null_executor = false;        ///< --null-executor: zero-cost steps (server ceiling benchmark)
   bool no_ui = false;                ///< --no-ui: no web page at / (404, as the API alone)
   std::vector<std::string> allowed_origins; ///< --allowed-origins: CORS for these origins (`*`: any); empty: CORS off
+  // Images (vision models): where image_url parts may come from.
+  std::vector<std::string> allowed_media_domains; ///< --allowed-media-domains: hosts http(s) image URLs may name
+  std::string allowed_local_media_path;   ///< --allowed-local-media-path: file:// URLs only under this directory
+  double media_fetch_timeout = 5;         ///< --media-fetch-timeout seconds per image download (all hops)
+  std::int64_t max_image_bytes = 20 << 20; ///< --max-image-bytes: larger downloads/data URLs are refused (422)
+  bool media_allow_private_networks = false; ///< --media-allow-private-networks: allow loopback/private/link-local hosts
   std::string device = "cpu";        ///< --device cpu|cuda|cuda:N (CUDA builds: the model on that GPU)
   std::string cache_dir;             ///< --cache-dir for the demo checkpoint (default ~/.cache/k3serve)
   std::string simulate;              ///< --simulate PLAN: placeholder tokens at the pace `k3 sim` models for PLAN

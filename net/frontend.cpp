@@ -10,16 +10,155 @@
 #include "runtime/grammar/output_grammar.hpp"
 #include "runtime/chat/k2_format.hpp"
 #include "runtime/chat/k3_xtml.hpp"
+#include "net/media_source.hpp"
+#include "runtime/vision/image.hpp"
+#include "runtime/vision/vision_model.hpp"
 
 namespace k3::net {
 
-frontend::frontend(llm_engine& e, server_config c)
+frontend::frontend(llm_engine& e, server_config c, std::shared_ptr<const vision::vision_model> vision)
     : eng(e), cfg(std::move(c)), served(cfg.served_name()), k3(e.config().fam == model::family::kimi_k3),
-      resolved_max_model_len(cfg.max_model_len) {
+      resolved_max_model_len(cfg.max_model_len), vision_(std::move(vision)) {
   if (served.empty()) {
     cfg.served_model_names = {"k3"};
     served = "k3";
   }
+}
+
+frontend::~frontend() = default;
+
+namespace {
+
+media_policy policy_of(const server_config& c) {
+  media_policy p;
+  p.allowed_domains = c.allowed_media_domains;
+  p.allowed_local_path = c.allowed_local_media_path;
+  p.fetch_timeout = c.media_fetch_timeout;
+  p.max_bytes = c.max_image_bytes;
+  p.allow_private = c.media_allow_private_networks;
+  return p;
+}
+
+// FNV-1a over the bytes, then a 64-bit finaliser: the image's identity for the prefix cache.
+std::uint64_t content_hash(const std::string& bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h ^ bytes.size();
+}
+
+} // namespace
+
+std::vector<std::pair<std::string, std::string>> frontend::remote_media(const std::string& target,
+                                                                        const json::value& body) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (target != "/v1/chat/completions" || !vision_ || !body.is_object()) return out;
+  const auto* msgs = body.find("messages");
+  if (!msgs || msgs->k != json::value::kind::array) return out;
+  for (std::size_t i = 0; i < msgs->items.size(); ++i) {
+    const auto* content = msgs->items[i].is_object() ? msgs->items[i].find("content") : nullptr;
+    if (!content || content->k != json::value::kind::array) continue;
+    for (std::size_t j = 0; j < content->items.size(); ++j) {
+      const auto& part = content->items[j];
+      if (!part.is_object()) continue;
+      const auto* type = part.find("type");
+      if (!type || !type->is_string() || type->s != "image_url") continue;
+      const auto* iu = part.find("image_url");
+      const json::value* url = iu && iu->is_object() ? iu->find("url") : iu;
+      if (url && url->is_string() && is_remote_url(url->s))
+        out.emplace_back("messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "].image_url", url->s);
+    }
+  }
+  return out;
+}
+
+void frontend::load_images(chat_request& r, const fetched_media* fetched, prepared& out, bool pixels) const {
+  const media_policy pol = policy_of(cfg);
+  for (std::size_t i = 0; i < r.conv.messages.size(); ++i) {
+    auto& m = r.conv.messages[i];
+    if (!m.parts) continue;
+    for (std::size_t j = 0; j < m.parts->size(); ++j) {
+      auto& part = (*m.parts)[j];
+      if (part.type != "image_url") continue;
+      const std::string param = "messages[" + std::to_string(i) + "].content[" + std::to_string(j) + "].image_url";
+      if (!vision_)
+        throw api_error(400, param + ": this model takes no images (" +
+                                 std::string(k3 ? "the checkpoint has no vision tower, or the server runs it on a backend "
+                                                  "without image support (--device cuda)"
+                                                : "Kimi Linear has no vision tower") + ")",
+                        param, "unsupported_content_type");
+      std::string bytes;
+      if (is_remote_url(part.url)) {
+        const auto it = fetched ? fetched->find(param) : fetched_media::const_iterator{};
+        if (!fetched || it == fetched->end())
+          throw api_error(400, param + ": remote image URLs are fetched only for generation requests; send a data: URL here",
+                          param);
+        bytes = it->second;
+      } else {
+        bytes = load_local_media(part.url, param, pol);
+      }
+      vision::image img;
+      try {
+        img = vision::decode_image(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+      } catch (const vision::image_error& e) {
+        throw api_error(e.status, param + ": " + e.what(), param, "invalid_image");
+      }
+      const auto& pc = vision_->config.proc;
+      const auto plan = vision::plan_resize(img.width, img.height, pc);
+      part.media_w = img.width;
+      part.media_h = img.height;
+      part.media_tokens = plan.tokens;
+      prepared::image pi;
+      pi.hash = content_hash(bytes);
+      pi.tokens = plan.tokens;
+      if (pixels) pi.patches = vision::preprocess(img, pc);
+      out.images.push_back(std::move(pi));
+    }
+  }
+}
+
+void frontend::encode_images(prepared& p) {
+  if (p.images.empty()) return;
+  const auto& net = *vision_->net;
+  // Identical images in one request are encoded once.
+  std::vector<vision::pixel_patches> unique;
+  std::vector<std::size_t> which(p.images.size());
+  std::map<std::uint64_t, std::size_t> seen;
+  for (std::size_t i = 0; i < p.images.size(); ++i) {
+    auto [it, fresh] = seen.emplace(p.images[i].hash, unique.size());
+    if (fresh) unique.push_back(std::move(p.images[i].patches));
+    which[i] = it->second;
+  }
+  std::vector<float> rows;
+  try {
+    rows = net.encode(unique);
+  } catch (const std::exception& e) {
+    throw api_error(500, std::string("vision tower failed: ") + e.what(), "", "internal_error");
+  }
+  const std::int64_t T = vision_->config.text_hidden;
+  std::vector<std::int64_t> first(unique.size() + 1, 0);
+  for (std::size_t u = 0; u < unique.size(); ++u)
+    first[u + 1] = first[u] + static_cast<std::int64_t>(unique[u].grid_h / vision_->config.merge_h) *
+                                  (unique[u].grid_w / vision_->config.merge_w);
+  auto media = std::make_shared<engine::media_inputs>();
+  media->hidden = T;
+  std::int64_t total = 0;
+  for (const auto& im : p.images) total += im.tokens;
+  media->rows.resize(static_cast<std::size_t>(total * T));
+  std::int64_t off = 0;
+  for (std::size_t i = 0; i < p.images.size(); ++i) {
+    const std::int64_t n = p.images[i].tokens;
+    if (first[which[i] + 1] - first[which[i]] != n) throw api_error(500, "vision tower: token count mismatch", "", "internal_error");
+    std::copy_n(rows.data() + first[which[i]] * T, n * T, media->rows.data() + off * T);
+    media->spans.push_back({p.images[i].pad_start, n, nullptr});
+    media->hashes.push_back(p.images[i].hash);
+    off += n;
+  }
+  media->bind();
+  p.gp.media = std::move(media);
+  p.images.clear();
 }
 
 std::string frontend::new_id(const char* prefix) {
@@ -49,7 +188,7 @@ std::vector<std::int32_t> frontend::encode_within(const std::vector<tok::segment
                   param, "context_length_exceeded");
 }
 
-frontend::prepared frontend::prepare(const std::string& target, const json::value& body) {
+frontend::prepared frontend::prepare(const std::string& target, const json::value& body, const fetched_media* fetched) {
   prepared p;
   const bool chat = target == "/v1/chat/completions";
   generation_fields g;
@@ -58,6 +197,7 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
   if (chat) {
     auto r = parse_chat(body, k3);
     p.setup.model = check_model(r.gen, cfg.served_model_names);
+    load_images(r, fetched, p);
     std::vector<tok::segment> segs;
     try {
       segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
@@ -66,6 +206,23 @@ frontend::prepared frontend::prepare(const std::string& target, const json::valu
     }
     // The prompt must leave room for one token; the exact check with max_tokens follows.
     p.prompt = encode_within(segs, 1, "messages");
+    if (!p.images.empty()) { // where each image's pads landed; user text cannot forge pads
+      const std::int32_t pad = eng.tokenizer().id_of("<|media_pad|>");
+      std::size_t k = 0;
+      for (std::size_t t = 0; t < p.prompt.size();) {
+        if (p.prompt[t] != pad) {
+          ++t;
+          continue;
+        }
+        std::size_t e = t;
+        while (e < p.prompt.size() && p.prompt[e] == pad) ++e;
+        if (k >= p.images.size() || static_cast<std::int64_t>(e - t) != p.images[k].tokens)
+          throw api_error(500, "rendered media placeholders do not match the images", "messages", "internal_error");
+        p.images[k++].pad_start = static_cast<std::int64_t>(t);
+        t = e;
+      }
+      if (k != p.images.size()) throw api_error(500, "rendered media placeholders do not match the images", "messages", "internal_error");
+    }
     reported_prompt = static_cast<std::int64_t>(p.prompt.size()) - (k3 ? chat::k3_generation_opener_tokens : 0);
     p.setup.thinking = k3 && r.conv.thinking;
     p.setup.tools_declared = r.has_tools && r.conv.tool_choice != "none";
@@ -169,6 +326,8 @@ std::string frontend::tokenize_json(const json::value& b) {
   std::int64_t opener = 0; // what chat completions leaves out of prompt_tokens (K3's generation opener)
   if (const auto* m = b.find("messages"); m && m->k != json::value::kind::null) {
     auto r = parse_chat(b, k3, false);
+    prepared sizes;
+    load_images(r, nullptr, sizes, false);
     std::vector<tok::segment> segs;
     try {
       segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
@@ -194,6 +353,8 @@ std::string frontend::tokenize_json(const json::value& b) {
 
 std::string frontend::render_json(const json::value& b) {
   auto r = parse_chat(b, k3, false);
+  prepared sizes;
+  load_images(r, nullptr, sizes, false);
   std::vector<tok::segment> segs;
   try {
     segs = k3 ? chat::render_k3(r.conv) : chat::render_k2(r.conv);
@@ -240,7 +401,8 @@ std::string frontend::models_json() const {
   for (const auto& name : cfg.served_model_names) {
     if (!data.empty()) data += ",";
     data += "{\"id\":" + json::quote(name) + ",\"object\":\"model\",\"created\":0,\"owned_by\":\"k3serve\",\"root\":" +
-            json::quote(cfg.model) + ",\"parent\":null,\"max_model_len\":" + std::to_string(max_model_len()) + "}";
+            json::quote(cfg.model) + ",\"parent\":null,\"max_model_len\":" + std::to_string(max_model_len()) +
+            ",\"capabilities\":{\"vision\":" + (vision_ ? "true" : "false") + "}}";
   }
   return "{\"object\":\"list\",\"data\":[" + data + "]}";
 }

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio.hpp>
@@ -19,6 +21,7 @@
 #include <boost/beast/http.hpp>
 
 #include "net/frontend.hpp"
+#include "net/media_source.hpp"
 #include "net/http_server.hpp"
 
 namespace k3::net {
@@ -30,13 +33,22 @@ using tcp = asio::ip::tcp;
 using steady = std::chrono::steady_clock;
 
 struct http_server::impl : frontend {
-  impl(llm_engine& e, server_config c);
+  impl(llm_engine& e, server_config c, std::shared_ptr<const vision::vision_model> vision);
   ~impl();
+  /// The whole preparation of a generation request off the I/O threads: remote images are
+  /// fetched asynchronously, then parse/decode/render/encode runs on `prep`, then the tower on
+  /// `vision_pool`. `done` runs exactly once, on a pool or fetcher thread (callers post to
+  /// their strand) with the prepared request or the error.
+  using prepared_ptr = std::shared_ptr<frontend::prepared>;
+  void prepare_async(std::string target, std::shared_ptr<const json::value> body,
+                     std::function<void(prepared_ptr, std::optional<api_error>)> done);
   asio::io_context ioc;
   tcp::acceptor acceptor;
   asio::signal_set signals;
   asio::steady_timer accept_retry;
   asio::thread_pool prep; ///< request preparation (parse, render, tokenize): never the I/O threads
+  asio::thread_pool vision_pool{1}; ///< the vision tower, one image batch at a time
+  std::unique_ptr<media_fetcher> fetcher; ///< image downloads (its own I/O thread)
   std::atomic<int> connections{0};
   int max_connections = 1024;
   std::uint16_t bound_port = 0;

@@ -68,16 +68,30 @@ void do_accept(http_server::impl& core) {
 
 } // namespace
 
-http_server::impl::impl(llm_engine& e, server_config c)
-    : frontend(e, std::move(c)), ioc(cfg.http_threads), acceptor(ioc), signals(ioc, SIGTERM, SIGINT), accept_retry(ioc),
-      prep(static_cast<std::size_t>(pool_threads(cfg.tokenizer_threads))) {}
-
-http_server::impl::~impl() {
-  prep.stop();
-  prep.join();
+http_server::impl::impl(llm_engine& e, server_config c, std::shared_ptr<const vision::vision_model> vision)
+    : frontend(e, std::move(c), std::move(vision)), ioc(cfg.http_threads), acceptor(ioc), signals(ioc, SIGTERM, SIGINT),
+      accept_retry(ioc), prep(static_cast<std::size_t>(pool_threads(cfg.tokenizer_threads))) {
+  if (vision_enabled()) {
+    media_policy pol;
+    pol.allowed_domains = cfg.allowed_media_domains;
+    pol.allowed_local_path = cfg.allowed_local_media_path;
+    pol.fetch_timeout = cfg.media_fetch_timeout;
+    pol.max_bytes = cfg.max_image_bytes;
+    pol.allow_private = cfg.media_allow_private_networks;
+    fetcher = std::make_unique<media_fetcher>(std::move(pol));
+  }
 }
 
-http_server::http_server(llm_engine& eng, server_config cfg) : impl_(std::make_unique<impl>(eng, std::move(cfg))) {}
+http_server::impl::~impl() {
+  fetcher.reset(); // stops downloads first: their callbacks post to the pools
+  prep.stop();
+  prep.join();
+  vision_pool.stop();
+  vision_pool.join();
+}
+
+http_server::http_server(llm_engine& eng, server_config cfg, std::shared_ptr<const vision::vision_model> vision)
+    : impl_(std::make_unique<impl>(eng, std::move(cfg), std::move(vision))) {}
 
 http_server::~http_server() = default;
 

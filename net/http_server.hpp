@@ -18,6 +18,10 @@
 // a timeout; Expect: 100-continue is answered; an early error (413, 400) is followed by a
 // lingering close so a client still sending reads the response.
 //
+// Images (vision checkpoints): image_url parts are fetched (http/https: asynchronously, no
+// thread waits), decoded and preprocessed on the preparation pool, and run through the tower
+// on one dedicated vision thread before the request is submitted (net/media_source.hpp).
+//
 // WebSocket protocol (text frames, JSON):
 //   client → {"type": "chat.completions" | "completions", "id": "<client id>", "body": {…}}
 //            {"type": "cancel", "id": "<client id>"}
@@ -35,12 +39,17 @@
 #include "net/metrics.hpp"
 #include "config/server_config.hpp"
 
+namespace k3::vision {
+struct vision_model;
+}
+
 namespace k3::net {
 
 class http_server {
 public:
   /// cfg.served_model_names must be filled (the first name is the reported one).
-  http_server(llm_engine& eng, server_config cfg);
+  /// `vision`: the checkpoint's vision tower (nullptr: a text-only server).
+  http_server(llm_engine& eng, server_config cfg, std::shared_ptr<const vision::vision_model> vision = nullptr);
   ~http_server();
   /// Binds, prints "k3 serve: listening on http://HOST:PORT …" and serves until SIGTERM/SIGINT,
   /// then drains (health 503, no new requests) up to shutdown_timeout. Returns the exit code.

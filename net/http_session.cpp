@@ -187,26 +187,30 @@ private:
     auto self = shared_from_this();
     auto body = std::make_shared<std::string>(std::move(req_.body()));
     asio::post(core_.prep, [self, body, target] {
-      std::shared_ptr<frontend::prepared> p;
-      std::optional<api_error> err;
+      std::shared_ptr<const json::value> parsed;
       try {
-        p = std::make_shared<frontend::prepared>(self->core_.prepare(target, parse_body(*body)));
+        parsed = std::make_shared<const json::value>(parse_body(*body));
       } catch (const api_error& e) {
-        err = e;
-      } catch (const std::exception& e) {
-        err = api_error(500, std::string("internal error: ") + e.what(), "", "internal_error");
+        return self->prepared_done(nullptr, e);
       }
-      asio::post(self->stream_.get_executor(), [self, p, err] {
-        if (err) {
-          if (err->status < 500) self->core_.metrics.rejected(err->code.empty() ? "invalid" : err->code);
-          return self->reply_error(*err);
-        }
-        try {
-          self->generate(std::move(*p));
-        } catch (const api_error& e) {
-          self->reply_error(e);
-        }
+      self->core_.prepare_async(target, parsed, [self](std::shared_ptr<frontend::prepared> p, std::optional<api_error> err) {
+        self->prepared_done(std::move(p), std::move(err));
       });
+    });
+  }
+
+  void prepared_done(std::shared_ptr<frontend::prepared> p, std::optional<api_error> err) {
+    auto self = shared_from_this();
+    asio::post(stream_.get_executor(), [self, p, err] {
+      if (err) {
+        if (err->status < 500) self->core_.metrics.rejected(err->code.empty() ? "invalid" : err->code);
+        return self->reply_error(*err);
+      }
+      try {
+        self->generate(std::move(*p));
+      } catch (const api_error& e) {
+        self->reply_error(e);
+      }
     });
   }
 

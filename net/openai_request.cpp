@@ -187,12 +187,33 @@ chat::message parse_message(const value& m, std::size_t i) {
           const auto* tx = part.find("text");
           if (!present(tx)) bad(pp + ".text", "is required for a text part");
           parts.push_back({"text", string(*tx, pp + ".text")});
-        } else if (t == "image_url" || t == "image" || t == "input_image" || t == "input_audio" || t == "video_url" ||
-                   t == "audio_url") {
-          throw api_error(400, pp + ": '" + t + "' content is not supported: this build of k3serve serves text only "
-                          "(the vision tower is not loaded)", pp + ".type", "unsupported_content_type");
+        } else if (t == "image_url") {
+          const auto* iu = part.find("image_url");
+          if (!present(iu)) bad(pp + ".image_url", "is required for an image_url part");
+          chat::content_part cp;
+          cp.type = "image_url";
+          if (iu->k == kind::string) {
+            cp.url = iu->s;
+          } else {
+            expect(*iu, kind::object, pp + ".image_url", "an object with a url");
+            const auto* u = iu->find("url");
+            if (!present(u)) bad(pp + ".image_url.url", "is required");
+            cp.url = string(*u, pp + ".image_url.url");
+            if (const auto* d = iu->find("detail"); present(d)) {
+              const std::string dv = string(*d, pp + ".image_url.detail");
+              if (dv != "auto" && dv != "low" && dv != "high") bad(pp + ".image_url.detail", "must be auto, low or high");
+            }
+          }
+          if (cp.url.empty()) bad(pp + ".image_url.url", "must not be empty");
+          parts.push_back(std::move(cp));
+        } else if (t == "video_url" || t == "input_audio" || t == "audio_url" || t == "image" || t == "input_image") {
+          throw api_error(400, pp + ": '" + t + "' content is not supported" +
+                                   (t == "video_url" ? std::string(": Kimi K3 serving takes images only (image_url)")
+                                    : t == "image" || t == "input_image" ? std::string(": send images as image_url parts")
+                                                                         : std::string(": no audio input")),
+                          pp + ".type", "unsupported_content_type");
         } else {
-          bad(pp + ".type", "'" + t + "' is not a supported content part type (text)");
+          bad(pp + ".type", "'" + t + "' is not a supported content part type (text, image_url)");
         }
       }
       out.parts = std::move(parts);

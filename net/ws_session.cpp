@@ -81,8 +81,8 @@ private:
     auto self = shared_from_this();
     asio::post(core_.prep, [self, text] {
       std::string cid, type;
-      std::shared_ptr<frontend::prepared> p;
       std::optional<api_error> err;
+      std::shared_ptr<const json::value> body;
       try {
         const auto msg = parse_body(*text);
         const auto* t = msg.find("type");
@@ -94,26 +94,36 @@ private:
           if (type != "chat.completions" && type != "completions")
             throw api_error(400, "type: must be chat.completions, completions or cancel", "type");
           if (self->core_.draining) throw api_error(503, "The server is shutting down.", "", "shutting_down");
-          const auto* body = msg.find("body");
-          if (!body || !body->is_object()) throw api_error(400, "body: must be the request object", "body");
-          p = std::make_shared<frontend::prepared>(
-              self->core_.prepare(type == "chat.completions" ? "/v1/chat/completions" : "/v1/completions", *body));
-          if (p->n != 1) throw api_error(400, "n: n > 1 is served over HTTP; send one WebSocket request per choice", "n");
+          const auto* b = msg.find("body");
+          if (!b || !b->is_object()) throw api_error(400, "body: must be the request object", "body");
+          body = std::make_shared<const json::value>(*b);
         }
       } catch (const api_error& e) {
         err = e;
       } catch (const std::exception& e) {
         err = api_error(500, std::string("internal error: ") + e.what(), "", "internal_error");
       }
-      asio::post(self->ws_.get_executor(), [self, cid, type, p, err] {
-        if (err) return self->reject(cid, *err);
-        if (type == "cancel") {
-          if (auto it = self->live_.find(cid); it != self->live_.end()) self->core_.eng.cancel(it->second);
-          else if (self->early_cancels_.size() < 1024) self->early_cancels_.insert(cid); // its request is still being prepared
-          return;
-        }
-        self->start(cid, std::move(*p));
-      });
+      if (err || type == "cancel") return self->prepared_done(cid, type, nullptr, err);
+      self->core_.prepare_async(type == "chat.completions" ? "/v1/chat/completions" : "/v1/completions", body,
+                                [self, cid, type](std::shared_ptr<frontend::prepared> p, std::optional<api_error> e) {
+                                  if (!e && p && p->n != 1)
+                                    e = api_error(400, "n: n > 1 is served over HTTP; send one WebSocket request per choice", "n");
+                                  self->prepared_done(cid, type, std::move(p), std::move(e));
+                                });
+    });
+  }
+
+  void prepared_done(const std::string& cid, const std::string& type, std::shared_ptr<frontend::prepared> p,
+                     std::optional<api_error> err) {
+    auto self = shared_from_this();
+    asio::post(ws_.get_executor(), [self, cid, type, p, err] {
+      if (err) return self->reject(cid, *err);
+      if (type == "cancel") {
+        if (auto it = self->live_.find(cid); it != self->live_.end()) self->core_.eng.cancel(it->second);
+        else if (self->early_cancels_.size() < 1024) self->early_cancels_.insert(cid); // its request is still being prepared
+        return;
+      }
+      self->start(cid, std::move(*p));
     });
   }
 

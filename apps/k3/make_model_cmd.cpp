@@ -78,6 +78,12 @@ void add_make_model_command(CLI::App& root, int& rc) {
   cmd->add_option("--v-head-dim", z->v_dim, "MLA value head dimension")->check(Range(1, 4096));
   cmd->add_option("--attn-res-block", z->block, "Block AttnRes block size (layers)")->check(Range(1, 1000));
   cmd->add_option("--hot-experts", z->hot, "Experts the router bias favours (skewed routing)")->check(Range(0, 1 << 16));
+  k3::conf::add_bool(*cmd, "--vision", o.vision, "Also write a MoonViT vision tower and projector (K3; sized by --vit-*)");
+  cmd->add_option("--vit-hidden", o.vit_hidden, "Vision tower width (K3: 1024)")->check(Range(4, big));
+  cmd->add_option("--vit-heads", o.vit_heads, "Vision tower attention heads (K3: 12)")->check(Range(1, 1024));
+  cmd->add_option("--vit-qkv", o.vit_qkv, "Vision tower q/k/v width, heads × head size (K3: 1536)")->check(Range(4, big));
+  cmd->add_option("--vit-inter", o.vit_inter, "Vision tower MLP size (K3: 4096)")->check(Range(1, big));
+  cmd->add_option("--vit-layers", o.vit_layers, "Vision tower blocks (K3: 27)")->check(Range(1, 1000));
   k3::conf::add_bool(*cmd, "--conv-2d", o.conv_2d, "Write 2-D KDA conv weights (the 3-D form is the default)");
   cmd->add_option("--seed", o.seed, "Random seed")->check(Range(std::uint64_t{0}, std::uint64_t{INT64_MAX}));
   cmd->add_option("--shard-mb", s->shard_mb, "Largest safetensors shard in MiB")->check(Range(std::int64_t{1}, std::int64_t{1} << 20));

@@ -15,6 +15,7 @@
 #include "apps/k3/commands.hpp"
 #include "k3/engine.hpp"
 #include "net/http_server.hpp"
+#include "runtime/vision/vision_model.hpp"
 #include "config/server_config.hpp"
 #include "runtime/model/make_model.hpp"
 #include "runtime/model/model_path.hpp"
@@ -134,7 +135,17 @@ void add_serve_command(CLI::App& root, int& rc) {
     auto eng = llm_engine::start(sys, eo);
     std::fprintf(stderr, "k3 serve: %s\nk3 serve: %s\n", eng->config().describe().c_str(), eng->sizing_note().c_str());
     cfg.max_model_len = eo.max_model_len;
-    net::http_server server(*eng, cfg);
+    // The vision tower runs on the CPU backend (the CUDA path has no image features yet).
+    std::shared_ptr<const vision::vision_model> vm;
+    if (cfg.simulate.empty() && !cfg.null_executor && cfg.device == "cpu" && eng->config().fam == model::family::kimi_k3) {
+      vm = vision::vision_model::load(cfg.model, cfg.exact_fp32);
+      if (vm)
+        std::fprintf(stderr, "k3 serve: vision tower %d layers × %d wide, %.1f MB (image_url parts accepted)\n",
+                     vm->config.layers, vm->config.hidden, static_cast<double>(vm->net->bytes()) / 1e6);
+    } else if (cfg.device != "cpu" && vision::vision_config::load(cfg.model)) {
+      std::fprintf(stderr, "k3 serve: the checkpoint has a vision tower; image input runs on --device cpu only for now\n");
+    }
+    net::http_server server(*eng, cfg, vm);
     rc = server.run();
   });
 }

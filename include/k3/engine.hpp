@@ -99,6 +99,8 @@ struct generation_params {
   std::vector<std::int32_t> structural_ids;
   /// Constrained decoding (runtime/grammar/output_grammar.hpp): only tokens the grammar allows.
   std::shared_ptr<const grammar::compiled_grammar> grammar;
+  /// Image features at the prompt's <|media_pad|> positions (vision models; nullptr: none).
+  std::shared_ptr<const engine::media_inputs> media;
 };
 
 struct submit_result {

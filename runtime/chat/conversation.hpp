@@ -2,6 +2,7 @@
 // A chat request as the renderers see it (OpenAI chat-completions shape, already decoded
 // from JSON by the server). Wire-format concerns (field names, HTTP errors) stay in net/.
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,11 @@ namespace k3::chat {
 struct content_part {
   std::string type; ///< "text", "image_url", "image", ...
   std::string text;
+  std::string url = {};  ///< image parts: the image_url's url
+  /// Image parts, filled by the server once the image is decoded: its original size and the
+  /// number of <|media_pad|> tokens it takes (spec vision.md §6.2, §7).
+  int media_w = 0, media_h = 0;
+  std::int64_t media_tokens = 0;
 };
 
 struct tool_call {

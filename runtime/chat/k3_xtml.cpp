@@ -50,7 +50,30 @@ bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
 }
 
-std::string content_text(const message& m) { return flatten_content(m, "<|kimi_image_placeholder|>"); }
+
+// A message's content in order (encoding_k3.py _render_content): text parts as ordinary text,
+// each image as its media block — `<|media_begin|>image {W}x{H}<|media_content|>`, one
+// <|media_pad|> per embedding token, `<|media_end|>` — with special tokens allowed only there.
+void render_content(builder& b, const message& m) {
+  if (!m.parts) return b.text(m.content);
+  std::string pending;
+  for (const auto& p : *m.parts) {
+    if (p.type != "image_url" && p.type != "image") {
+      pending += p.text;
+      continue;
+    }
+    b.text(pending);
+    pending.clear();
+    if (p.media_tokens <= 0 || p.media_w <= 0 || p.media_h <= 0)
+      throw render_error("an image part was not decoded before rendering (no size or token count)");
+    std::string blk = "<|media_begin|>image " + std::to_string(p.media_w) + "x" + std::to_string(p.media_h) + "<|media_content|>";
+    blk.reserve(blk.size() + static_cast<std::size_t>(p.media_tokens) * 13 + 13);
+    for (std::int64_t i = 0; i < p.media_tokens; ++i) blk += "<|media_pad|>";
+    blk += "<|media_end|>";
+    b.ctrl(blk);
+  }
+  b.text(pending);
+}
 
 std::string compact_tools(const json::value& tools) {
   return json::dump(json::deep_sorted(tools), {true, false});
@@ -201,7 +224,7 @@ std::vector<tok::segment> render_k3(const conversation& conv) {
       std::vector<std::pair<std::string, std::string>> attrs{{"role", m.role}};
       if (!m.name.empty()) attrs.emplace_back("name", m.name);
       b.open("message", attrs);
-      b.text(content_text(m));
+      render_content(b, m);
       b.close("message");
       b.end_of_msg();
     } else if (m.role == "assistant") {
@@ -214,7 +237,7 @@ std::vector<tok::segment> render_k3(const conversation& conv) {
         b.close("think");
       }
       b.open("response");
-      b.text(content_text(m));
+      render_content(b, m);
       b.close("response");
       if (!m.tool_calls.empty()) render_tool_calls(b, m, i);
       b.close("message");
@@ -230,7 +253,7 @@ std::vector<tok::segment> render_k3(const conversation& conv) {
         throw render_error(where + ": cannot tell which tool this result belongs to (no tool_call_id match, "
                                    "name, or call at this position)");
       b.open("message", {{"role", "tool"}, {"tool", name}, {"index", std::to_string(tool_index)}});
-      b.text(content_text(m));
+      render_content(b, m);
       b.close("message");
       b.end_of_msg();
     } else {

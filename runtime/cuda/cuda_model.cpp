@@ -154,6 +154,9 @@ void cuda_model::step(std::span<const model::batch_entry> batch, std::span<const
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream_, &cap), "cudaStreamIsCapturing");
   const bool capturing = cap != cudaStreamCaptureStatusNone;
+  for (const auto& be : batch)
+    if (!be.embeds.empty())
+      throw std::invalid_argument("image features (replaced input rows) are not supported by the CUDA backend yet");
   s.off.clear(), s.len.clear(), s.pos0.clear(), s.seq.clear();
   s.n = 0;
   for (const auto& be : batch) {

@@ -57,7 +57,11 @@ step_result model_executor::run(const batch_plan& plan) {
   if (constrained) masks = std::async(std::launch::async, [&plan] { return compute_masks(plan); });
   try {
     entries_.clear();
-    for (const auto& e : plan.entries) entries_.push_back({e.state, e.tokens, false});
+    for (const auto& e : plan.entries) {
+      model::batch_entry be{e.state, e.tokens, false, {}};
+      if (e.media) be.embeds = e.media->spans;
+      entries_.push_back(be);
+    }
     run_copies(plan.copies_before); // KDA state restored from prefix-cache checkpoints
     const auto out = m_.step(entries_);
     run_copies(plan.copies_after);  // checkpoints of the states this step left at block boundaries

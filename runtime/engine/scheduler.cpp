@@ -35,8 +35,28 @@ errc scheduler::submit(request_spec spec, std::string* why) {
   if (waiting_tokens_ + static_cast<std::int64_t>(spec.prompt.size()) > cfg_.max_waiting_tokens)
     return reject(errc::queue_full, "waiting queue holds " + std::to_string(waiting_tokens_) + " prompt tokens (limit " +
                                         std::to_string(cfg_.max_waiting_tokens) + ")");
+  if (spec.media) {
+    const auto& m = *spec.media;
+    std::int64_t rows = 0;
+    for (const auto& sp : m.spans) {
+      if (sp.start < 0 || sp.count <= 0 || sp.start + sp.count > static_cast<std::int64_t>(spec.prompt.size()))
+        return reject(errc::invalid_request, "image features span positions outside the prompt");
+      rows += sp.count;
+    }
+    if (m.hashes.size() != m.spans.size() || static_cast<std::int64_t>(m.rows.size()) != rows * m.hidden)
+      return reject(errc::invalid_request, "image features do not match their spans");
+  }
   record r;
   r.tokens = spec.prompt;
+  if (spec.media && !spec.media->spans.empty()) {
+    r.key = spec.prompt;
+    const auto& m = *spec.media;
+    for (std::size_t i = 0; i < m.spans.size(); ++i)
+      for (std::int64_t j = 0; j < m.spans[i].count; ++j) {
+        const std::uint64_t h = (m.hashes[i] ^ (static_cast<std::uint64_t>(j) * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+        r.key[static_cast<std::size_t>(m.spans[i].start + j)] = -1 - static_cast<std::int32_t>((h >> 33) & 0x3fffffff);
+      }
+  }
   r.arrival = arrivals_++;
   r.sampler = std::make_unique<sampling::sampler>(spec.sampling, spec.seed);
   r.sampler->observe_prompt(spec.prompt);
@@ -75,13 +95,13 @@ void scheduler::finish(request_id id, bool cache) {
     waiting_.erase(w);
     waiting_tokens_ -= static_cast<std::int64_t>(it->second.tokens.size());
   }
-  if (cache) kv_.release(id, rec->tokens, rec->computed);
+  if (cache) kv_.release(id, rec->cache_key(), rec->computed);
   else kv_.release(id);
   recs_.erase(it);
 }
 
 void scheduler::preempt(record* r, batch_plan& plan) {
-  kv_.release(r->spec.id, r->tokens, r->computed); // what it computed stays cached for its return
+  kv_.release(r->spec.id, r->cache_key(), r->computed); // what it computed stays cached for its return
   r->computed = 0;
   r->running = false;
   running_.erase(std::find(running_.begin(), running_.end(), r));
@@ -176,7 +196,7 @@ batch_plan scheduler::schedule() {
       if (!kv_.has_free_slot()) break;
       // A prefix hit starts the request at its boundary; only what follows is computed.
       prefix_hit hit;
-      if (kv_.caching() && r->computed == 0) hit = kv_.lookup(r->tokens);
+      if (kv_.caching() && r->computed == 0) hit = kv_.lookup(r->cache_key());
       const std::int64_t start = hit.tokens(), hit_rows = hit.rows();
       // Rows cached past the hit without a checkpoint: the prefix branches there.
       r->branch = hit_rows > start && hit_rows < r->turn_end ? hit_rows : 0;
@@ -212,6 +232,7 @@ batch_plan scheduler::schedule() {
     e.position = r.computed;
     e.sample = r.computed + n == static_cast<std::int64_t>(r.tokens.size());
     e.sampler = r.sampler.get();
+    e.media = r.spec.media.get();
     if (r.matcher && e.sample) {
       e.matcher = r.matcher.get();
       e.budget = std::min<std::int64_t>(r.spec.max_tokens - r.num_output,
@@ -252,9 +273,10 @@ std::vector<token_event> scheduler::apply(const batch_plan& plan, const step_res
     if (it == recs_.end()) continue;
     auto& r = it->second;
     r.computed += static_cast<std::int64_t>(e.tokens.size());
-    kv_.step_done(e.id, r.tokens, r.computed); // registers full blocks, commits checkpoints
+    kv_.step_done(e.id, r.cache_key(), r.computed); // registers full blocks, commits checkpoints
     if (r.cancelled || !e.sample) continue;
     r.tokens.push_back(tok);
+    if (!r.key.empty()) r.key.push_back(tok);
     ++r.num_output;
     r.sampler->accept(tok);
     token_event ev;

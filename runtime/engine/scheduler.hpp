@@ -52,6 +52,24 @@ namespace k3::engine {
 
 using request_id = std::uint64_t;
 
+/// Image features of a request (spec vision.md §6): the embedding rows that replace its
+/// <|media_pad|> tokens, and one content hash per image that the prefix cache folds into the
+/// block hashes of those positions (pad ids are identical for every image).
+struct media_inputs {
+  std::vector<model::embed_override> spans; ///< absolute prompt positions; rows point into `rows`
+  std::vector<std::uint64_t> hashes;        ///< parallel to spans
+  std::vector<float> rows;                  ///< [Σ count, hidden]
+  std::int64_t hidden = 0;
+  /// Points spans[i].rows into `rows` (call after filling; the struct must not move afterwards).
+  void bind() {
+    std::int64_t off = 0;
+    for (auto& s : spans) {
+      s.rows = rows.data() + off * hidden;
+      off += s.count;
+    }
+  }
+};
+
 struct request_spec {
   request_id id = 0;
   std::vector<std::int32_t> prompt;
@@ -64,6 +82,8 @@ struct request_spec {
   /// Constrained decoding: only tokens this grammar allows are sampled; the request ends when
   /// the grammar is complete and nothing more can follow (whatever ignore_eos says).
   std::shared_ptr<const grammar::compiled_grammar> grammar;
+  /// Image features (nullptr: text only). Shared: the executor reads it during steps.
+  std::shared_ptr<const media_inputs> media;
 };
 
 struct scheduler_config {
@@ -85,6 +105,7 @@ struct scheduled_entry {
   /// The request's grammar position (constrained requests), and the tokens it may still emit.
   const grammar::matcher* matcher = nullptr;
   std::int64_t budget = -1;
+  const media_inputs* media = nullptr; ///< the request's image features (or nullptr)
 };
 
 struct batch_plan {
@@ -170,6 +191,10 @@ private:
   struct record {
     request_spec spec;
     std::vector<std::int32_t> tokens;
+    /// With images: `tokens` with each <|media_pad|> replaced by a negative value derived from
+    /// its image's hash and index, so the prefix cache's block hashes tell images apart.
+    std::vector<std::int32_t> key;
+    [[nodiscard]] const std::vector<std::int32_t>& cache_key() const noexcept { return key.empty() ? tokens : key; }
     std::int64_t computed = 0;
     int num_output = 0;
     std::uint64_t arrival = 0;

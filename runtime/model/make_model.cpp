@@ -301,8 +301,56 @@ std::vector<tensor_spec> tensor_list(const make_model_options& o) {
       b.norm(e + "routed_expert_norm.weight", X);
     }
   }
+  if (k3 && o.vision) {
+    // MoonViT3d in the real layout (spec vision.md §2); bf16, no biases.
+    const std::int64_t D = o.vit_hidden, Q = o.vit_qkv, M = 4ll * o.vit_hidden;
+    b.add("vision_tower.patch_embed.proj.weight", dtype::bf16, {D, 3, 14, 14}, gen_uniform, std::sqrt(3.0 / 588.0));
+    b.add("vision_tower.patch_embed.pos_emb.weight", dtype::bf16, {64, 64, D}, gen_uniform, 0.5);
+    for (int i = 0; i < o.vit_layers; ++i) {
+      const std::string p = "vision_tower.encoder.blocks." + std::to_string(i) + ".";
+      b.norm(p + "norm0.weight", D);
+      b.linear(p + "wqkv.weight", 3 * Q, D);
+      b.linear(p + "wo.weight", D, Q, 0.5);
+      b.norm(p + "norm1.weight", D);
+      b.linear(p + "mlp.fc0.weight", o.vit_inter, D);
+      b.linear(p + "mlp.fc1.weight", D, o.vit_inter, 0.5);
+    }
+    b.norm("vision_tower.encoder.final_layernorm.weight", D);
+    b.linear("mm_projector.proj.0.weight", M, M);
+    b.linear("mm_projector.proj.2.weight", Hd, M);
+    b.norm("mm_projector.post_norm.weight", Hd);
+  }
   return std::move(b.specs);
 }
+
+std::string vision_config_json(const make_model_options& o) {
+  return "  \"vision_config\": {\n"
+         "    \"model_type\": \"moonvit3d\",\n    \"activation_func\": \"gelu_pytorch_tanh\",\n"
+         "    \"attn_bias\": false,\n    \"linear_bias\": false,\n    \"patch_embed_proj_bias\": false,\n"
+         "    \"init_pos_emb_height\": 64,\n    \"init_pos_emb_width\": 64,\n    \"init_pos_emb_time\": 4,\n"
+         "    \"merge_kernel_size\": [2, 2],\n    \"merge_type\": \"sd2_tpool\",\n    \"mlp_type\": \"mlp2\",\n"
+         "    \"mm_hidden_size\": " + std::to_string(o.vit_hidden) + ",\n"
+         "    \"mm_projector_type\": \"patchmergerv2\",\n    \"norm_type\": \"rmsnorm\",\n    \"patch_size\": 14,\n"
+         "    \"pos_emb_interpolation_mode\": \"bilinear\",\n    \"pos_emb_type\": \"divided_fixed\",\n"
+         "    \"projector_hidden_act\": \"gelu\",\n    \"projector_ln_eps\": 1e-05,\n"
+         "    \"qkv_hidden_size\": " + std::to_string(o.vit_qkv) + ",\n"
+         "    \"text_hidden_size\": " + std::to_string(o.hidden) + ",\n"
+         "    \"vt_hidden_size\": " + std::to_string(o.vit_hidden) + ",\n"
+         "    \"vt_intermediate_size\": " + std::to_string(o.vit_inter) + ",\n"
+         "    \"vt_num_attention_heads\": " + std::to_string(o.vit_heads) + ",\n"
+         "    \"vt_num_hidden_layers\": " + std::to_string(o.vit_layers) + "\n  },\n";
+}
+
+// The published media_proc_cfg (spec vision.md §1.3).
+constexpr const char* preprocessor_json =
+    "{\n  \"media_proc_cfg\": {\n    \"in_patch_limit\": 65536,\n    \"patch_size\": 14,\n"
+    "    \"image_mean\": [0.5, 0.5, 0.5],\n    \"image_std\": [0.5, 0.5, 0.5],\n    \"merge_kernel_size\": 2,\n"
+    "    \"fixed_output_tokens\": null,\n    \"patch_limit_on_one_side\": 512,\n    \"in_patch_limit_each_frame\": 16384,\n"
+    "    \"sample_fps\": 8.0,\n    \"temporal_merge_kernel_size\": 4,\n"
+    "    \"transparent_bg_config\": {\"pattern\": \"chessboard\", \"chessboard_square_size\": 8, "
+    "\"chessboard_square_on_top_left\": true, \"chessboard_white_value\": 255, \"chessboard_gray_value\": 180},\n"
+    "    \"transparent_bg_fill_stage\": \"after_resize\",\n"
+    "    \"config_type\": \"media_proc.processors.moonvit.MoonViTMediaProcessorConfig\"\n  }\n}\n";
 
 } // namespace
 
@@ -327,6 +375,14 @@ std::string make_model_options::validate() const {
   }
   if (max_shard_bytes < (1 << 20)) return "--shard-mb must be at least 1";
   if (hot_experts < 0 || hot_experts > experts) return "--hot-experts must be in [0, --experts]";
+  if (vision) {
+    if (fam != family::kimi_k3) return "--vision needs --family k3 (Kimi Linear has no vision tower)";
+    for (auto [v, f] : {std::pair{vit_hidden, "--vit-hidden"}, {vit_heads, "--vit-heads"}, {vit_qkv, "--vit-qkv"},
+                        {vit_inter, "--vit-inter"}, {vit_layers, "--vit-layers"}})
+      if (auto e = pos(v, f); !e.empty()) return e;
+    if (vit_qkv % vit_heads || (vit_qkv / vit_heads) % 4)
+      return "--vit-qkv must be --vit-heads × a multiple of 4 (2-D RoPE pairs per axis)";
+  }
   return "";
 }
 
@@ -376,8 +432,10 @@ void make_model(const make_model_options& o, const std::string& dir) {
           "\"symmetric\": true, \"scale_dtype\": \"torch.uint8\", \"observer\": \"minmax\"},\n"
           "    \"input_activations\": null,\n    \"output_activations\": null,\n"
           "    \"ignore\": [\"re:.*self_attn.*\", \"re:.*shared_experts.*\", \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\", "
-          "\"re:.*lm_head.*\", \"re:.*vision_tower.*\", \"re:.*mm_projector.*\"]\n  },\n"
+          "\"re:.*lm_head.*\", \"re:.*vision_tower.*\", \"re:.*mm_projector.*\"]\n  },\n" +
+          (o.vision ? vision_config_json(o) : std::string()) +
           "  \"text_config\": {\n" + text_config_json(o, base, "    ") + "  }\n}\n";
+    if (o.vision) write_text(fs::path(dir) / "preprocessor_config.json", preprocessor_json);
   } else {
     cfg = "{\n" + text_config_json(o, base, "  ") + "}\n";
   }

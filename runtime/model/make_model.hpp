@@ -35,6 +35,10 @@ struct make_model_options {
   int attn_res_block = 2;  ///< K3 only
   bool conv_2d = false;    ///< store conv weights [P, K] instead of [P, 1, K]
   int hot_experts = 0;     ///< bias the router towards experts 0..N-1 (skewed-routing studies)
+  /// K3 only: also write a MoonViT tower and projector (vision_tower.*, mm_projector.*, the
+  /// vision_config and preprocessor_config.json), sized by the vit_* fields.
+  bool vision = false;
+  int vit_hidden = 64, vit_heads = 2, vit_qkv = 64, vit_inter = 128, vit_layers = 2;
   std::uint64_t seed = 0;
   std::int64_t max_shard_bytes = 512ll << 20;
   bool progress = false;

@@ -173,8 +173,14 @@ step_output model::step(std::span<const batch_entry> batch) {
 
   workspace& ws = *ws_;
   std::vector<float> x(static_cast<std::size_t>(n * Hd)), xn(x.size()), mix(x.size()), att(x.size()), ffn(x.size());
-  for (std::size_t e = 0; e < batch.size(); ++e)
+  for (std::size_t e = 0; e < batch.size(); ++e) {
     for (std::int64_t i = 0; i < b.len[e]; ++i) w_.embed.row(batch[e].tokens[i], x.data() + (b.off[e] + i) * Hd);
+    for (const auto& ov : batch[e].embeds) { // image features over their pad tokens' embeddings
+      const std::int64_t lo = std::max(ov.start, b.pos0[e]), hi = std::min(ov.start + ov.count, b.pos0[e] + b.len[e]);
+      for (std::int64_t p = lo; p < hi; ++p)
+        std::memcpy(x.data() + (b.off[e] + p - b.pos0[e]) * Hd, ov.rows + (p - ov.start) * Hd, static_cast<std::size_t>(Hd) * 4);
+    }
+  }
 
   std::vector<std::vector<float>> blocks; // K3 banked block representations, each [n, hidden]
   std::vector<const float*> sources;

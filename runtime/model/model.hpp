@@ -74,10 +74,20 @@ private:
   std::size_t kda_floats_ = 0, conv_floats_ = 0;
 };
 
+/// Input rows that replace token embeddings: the sequence's tokens at absolute positions
+/// [start, start + count) take rows [count, hidden] (fp32) instead of their embedding rows —
+/// image features at <|media_pad|> positions (spec vision.md §6.3). Spans may extend outside
+/// the entry's chunk; only the overlap is used.
+struct embed_override {
+  std::int64_t start = 0, count = 0;
+  const float* rows = nullptr;
+};
+
 struct batch_entry {
   sequence_state* seq = nullptr;
   std::span<const std::int32_t> tokens;
   bool all_logits = false; ///< logits for every token (else only the last)
+  std::span<const embed_override> embeds = {}; ///< replaced input rows (optional)
 };
 
 struct step_output {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "runtime/model/make_model.hpp"
@@ -45,9 +46,19 @@ resolved_model resolve_model(const std::string& spec, const std::string& cache_d
     r.dir = cache + "/demo-model";
     r.default_name = "k3-demo";
     r.demo = true;
-    if (!fs::exists(r.dir + "/config.json")) {
+    // The demo includes a small vision tower; a demo written by an older build without one is
+    // rewritten (the text weights come out identical: every tensor is seeded by its name).
+    bool stale = !fs::exists(r.dir + "/config.json");
+    if (!stale) {
+      std::ifstream in(r.dir + "/config.json");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      stale = text.find("\"vision_config\"") == std::string::npos;
+    }
+    if (stale) {
       std::fprintf(stderr, "k3: no --model given; writing the demo checkpoint to %s\n", r.dir.c_str());
-      make_model({}, r.dir);
+      make_model_options o;
+      o.vision = true;
+      make_model(o, r.dir);
     }
     return r;
   }
