@@ -147,13 +147,21 @@ TEST_CASE("K3 XTML: tool_choice, response_format, images, attribute escaping, li
   c.add_generation_prompt = false;
   message u = msg("user", "");
   u.name = "a&\"b";
-  u.parts = std::vector<content_part>{{"text", "see "}, {"image_url", ""}, {"text", " <|open|>x"}};
+  content_part img{"image_url", "", "data:,"};
+  img.media_w = 1536, img.media_h = 1024, img.media_tokens = 3;
+  u.parts = std::vector<content_part>{{"text", "see "}, img, {"text", " <|open|>x"}};
   c.messages = {u};
+  {
+    conversation bare = c;
+    (*bare.messages[0].parts)[1].media_tokens = 0; // not decoded: refuse rather than guess a count
+    CHECK_THROWS_AS(render_k3(bare), render_error);
+  }
   c.tool_choice = "required";
   c.response_format = k3::json::parse(R"({"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}})");
   const auto segs = render_k3(c);
   const std::string out = join(segs);
-  CHECK(out == "<|open|>message role=\"user\" name=\"a&amp;&quot;b\"<|sep|>see <|kimi_image_placeholder|> <|open|>x"
+  CHECK(out == "<|open|>message role=\"user\" name=\"a&amp;&quot;b\"<|sep|>see <|media_begin|>image 1536x1024<|media_content|>"
+               "<|media_pad|><|media_pad|><|media_pad|><|media_end|> <|open|>x"
                "<|close|>message<|sep|><|end_of_msg|>"
                "<|open|>message role=\"system\" type=\"tool-choice\"<|sep|>The system is invoked with "
                "`tool_choice=required`.\nYou MUST call tools in the next message.<|close|>message<|sep|><|end_of_msg|>"
@@ -166,6 +174,12 @@ TEST_CASE("K3 XTML: tool_choice, response_format, images, attribute escaping, li
   for (const auto& s : segs)
     if (!s.control && s.text.find("<|open|>x") != std::string::npos) in_text = true;
   CHECK(in_text);
+  // The media block is one control segment between the two text parts (no separators).
+  bool media_ctrl = false;
+  for (std::size_t i = 1; i + 1 < segs.size(); ++i)
+    if (segs[i].control && segs[i].text.rfind("<|media_begin|>image 1536x1024", 0) == 0)
+      media_ctrl = segs[i - 1].text == "see " && segs[i + 1].text == " <|open|>x";
+  CHECK(media_ctrl);
   CHECK(unescape_attr(escape_attr("a&quot;\"&")) == "a&quot;\"&");
 }
 
