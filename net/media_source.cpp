@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -302,7 +303,25 @@ private:
       self->parser_->body_limit(static_cast<std::uint64_t>(self->pol_.max_bytes));
       self->parser_->header_limit(64 * 1024);
       beast::get_lowest_layer(s).expires_at(self->deadline_);
-      http::async_read(s, self->buf_, *self->parser_, [self](beast::error_code e, std::size_t) { self->on_read(e); });
+      http::async_read_header(s, self->buf_, *self->parser_, [self, &s](beast::error_code e, std::size_t) {
+        if (e) return self->on_read(e);
+        const auto cl = self->parser_->content_length();
+        if (cl && *cl > static_cast<std::uint64_t>(self->pol_.max_bytes)) return self->on_read(http::error::body_limit);
+        self->read_body(s);
+      });
+    });
+  }
+
+  // Beast 1.74 does not always enforce body_limit once the header and part of the body arrive
+  // in one read (seen with eager parsing), so the size is checked here after every read.
+  template <class Stream>
+  void read_body(Stream& s) {
+    if (parser_->is_done()) return on_read({});
+    auto self = shared_from_this();
+    http::async_read_some(s, buf_, *parser_, [self, &s](beast::error_code e, std::size_t) {
+      if (!e && self->parser_->get().body().size() > static_cast<std::size_t>(self->pol_.max_bytes)) e = http::error::body_limit;
+      if (e) return self->on_read(e);
+      self->read_body(s);
     });
   }
 

@@ -74,6 +74,31 @@ await expectError('400 context length', () => client.chat.completions.create({
 await expectError('400 image part', () => client.chat.completions.create({
   model, messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this image?' },
     { type: 'image_url', image_url: { url: 'https://example.com/photo.jpg' } }] }] }), 400);
+// An image as a data URL through the SDK (a 32×24 RGB PNG made here): answered, and the usage
+// counts its media block.
+{
+  const { deflateSync } = await import('node:zlib');
+  const crcTable = Array.from({ length: 256 }, (_, n) => { let c = n; for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1; return c >>> 0; });
+  const crc = (buf) => { let c = 0xffffffff; for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8); return (c ^ 0xffffffff) >>> 0; };
+  const chunk = (type, data) => { const t = Buffer.concat([Buffer.from(type), data]); const len = Buffer.alloc(4); len.writeUInt32BE(data.length); const c = Buffer.alloc(4); c.writeUInt32BE(crc(t)); return Buffer.concat([len, t, c]); };
+  const w = 32, h = 24, raw = Buffer.alloc((w * 3 + 1) * h);
+  for (let y = 0; y < h; y++) for (let x = 0; x < w * 3; x++) raw[y * (w * 3 + 1) + 1 + x] = (x * 7 + y * 3) & 255;
+  const ihdr = Buffer.alloc(13); ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4); ihdr[8] = 8; ihdr[9] = 2;
+  const png = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
+  const models = await client.models.list();
+  const vision = models.data.some((m) => m.capabilities && m.capabilities.vision);
+  const text = await client.chat.completions.create({ model, max_tokens: 2, temperature: 0, messages: [{ role: 'user', content: 'What is in this image?' }] });
+  try {
+    const r = await client.chat.completions.create({ model, max_tokens: 2, temperature: 0, messages: [{ role: 'user', content: [
+      { type: 'text', text: 'What is in this image?' },
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,' + png.toString('base64'), detail: 'high' } }] }] });
+    // 32×24 pads to 56×28: 2×1 merged tokens, plus begin/content/end and the "image 32x24" text.
+    check('image data URL (SDK)', vision && r.choices.length === 1 && r.usage.prompt_tokens > text.usage.prompt_tokens + 2 + 3,
+      `${r.usage.prompt_tokens} vs text ${text.usage.prompt_tokens}`);
+  } catch (e) {
+    check('image data URL (SDK)', false, `${e.status} ${e.message}`);
+  }
+}
 // A 64 MB body over the 8 MiB limit: the 413 must reach Node's fetch (the SDK's transport) as a
 // response, not as a socket error while it is still sending (the server lingers before closing).
 {
