@@ -10,6 +10,7 @@
 #include "bench/agent_bench.hpp"
 #include "bench/engine_bench.hpp"
 #include "bench/grammar_bench.hpp"
+#include "bench/vision_bench.hpp"
 #include "bench/kernel_bench.hpp"
 #include "bench/model_bench.hpp"
 #include "bench/serve_bench.hpp"
@@ -26,7 +27,7 @@ int bench_tokenizer_run(const std::string& file, const std::string& pattern, con
 
 void add_bench_command(CLI::App& root, int& rc) {
   using CLI::Range;
-  auto* bench = root.add_subcommand("bench", "Benchmarks (kernels, model, engine, serve, agent, sim, cuda, tokenizer, grammar)");
+  auto* bench = root.add_subcommand("bench", "Benchmarks (kernels, model, engine, serve, agent, sim, cuda, tokenizer, grammar, vision)");
   bench->require_subcommand(1, 1);
 
   {
@@ -48,6 +49,16 @@ void add_bench_command(CLI::App& root, int& rc) {
       }
       rc = bench::run_kernel_benchmarks(*o);
     });
+  }
+  {
+    auto* cmd = bench->add_subcommand("vision", "The MoonViT tower + projector on the CPU per image size: patches/s, GFLOP/s vs the dense bf16 GEMM");
+    auto o = std::make_shared<bench::vision_bench_options>();
+    cmd->add_option("-m,--model", o->model_dir, "Checkpoint with a vision tower (default: K3's tower sizes, written once to --cache-dir)");
+    cmd->add_option("--cache-dir", o->cache_dir, "Where the default benchmark tower is written");
+    cmd->add_option("--sizes", o->sizes, "Image sizes WxH (comma-separated)")->delimiter(',');
+    cmd->add_option("-r,--repetitions", o->repetitions, "Encodes per size")->check(Range(1, 1000));
+    cmd->add_option("-t,--threads", o->threads, "Kernel threads (default: OMP_NUM_THREADS or the cores)")->check(Range(0, 4096));
+    cmd->callback([o, &rc] { rc = bench::run_vision_benchmark(*o); });
   }
   {
     auto* cmd = bench->add_subcommand("model", "llama-bench's protocol (pp / tg, mean ± sd) on a checkpoint, and decode against its memory floor");

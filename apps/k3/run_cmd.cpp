@@ -5,6 +5,10 @@
 //          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
 //          [--quantization mxfp4] [--prefill-chunk N] [--ignore-eos] [--print-ids]
 //   k3 run --model DIR --tokens 1,2,3 --dump-logits FILE     raw fp32 [T, vocab] little-endian
+//   k3 run --model DIR --image PATH [--image PATH …] [--chat TEXT]   a user turn with the images
+//          first, then the text (K3 checkpoints with a vision tower)
+//   k3 run --model DIR --image PATH … --dump-image-embeddings FILE   the projector outputs of the
+//          images, fp32 little-endian [N_total, hidden], in order
 //   engine mode (through the actors): add --expert-parallel-size N [--num-redundant-experts R]
 //          or --remote-shards host:port,… (shards started with `k3 shard`), or --device cuda[:N]
 //          (the model on that GPU through the CUDA executor; experts must be MXFP4)
@@ -12,7 +16,9 @@
 // --prompt encodes TEXT as plain text (no special tokens); --chat renders one user turn with
 // the model's chat format (K3 XTML, or the K2 envelope for Kimi Linear) and the generation
 // prompt. Generation stops at the tokenizer's stop ids unless --ignore-eos.
+#include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <memory>
 #include <cstdio>
 #include <mutex>
@@ -33,6 +39,8 @@
 #include "runtime/model/model_path.hpp"
 #include "runtime/tokenizer/detokenizer.hpp"
 #include "runtime/tokenizer/kimi_tokenizer.hpp"
+#include "runtime/vision/image.hpp"
+#include "runtime/vision/vision_model.hpp"
 
 namespace k3::app {
 namespace {
@@ -58,7 +66,8 @@ void add_run_command(CLI::App& root, int& rc) {
   auto* cmd = root.add_subcommand("run", "Offline generation from a checkpoint (default: the built-in demo), streaming "
                                          "text to stdout and prefill / decode speed to stderr");
   struct opts {
-    std::string model, prompt, chat, system, dump, tokens, device = "cpu", quantization, cache_dir;
+    std::string model, prompt, chat, system, dump, tokens, device = "cpu", quantization, cache_dir, dump_images;
+    std::vector<std::string> images;
     bool no_thinking = false, print_ids = false;
     int ep = 0, redundant = 0;
     std::vector<std::string> remote;
@@ -83,6 +92,10 @@ void add_run_command(CLI::App& root, int& rc) {
   k3::conf::add_bool(*cmd, "--print-ids", o->print_ids, "Print token ids instead of text");
   cmd->add_option("--tokens", o->tokens, "1,2,3: a prompt of token ids (with --dump-logits)");
   cmd->add_option("--dump-logits", o->dump, "Write fp32 [T, vocab] little-endian logits of --tokens to FILE");
+  cmd->add_option("--image", o->images, "An image file (PNG, JPEG, WebP, GIF) placed before --chat's text; repeatable")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--dump-image-embeddings", o->dump_images,
+                  "Write the --image files' projector outputs, fp32 little-endian [N_total, hidden], to FILE");
   cmd->add_option("--quantization", o->quantization, "mxfp4: quantize bf16 experts at load")->check(CLI::IsMember({"mxfp4"}));
   cmd->add_option("--expert-parallel-size", o->ep, "Engine mode: expert-shard actors")->check(Range(1, 1 << 16));
   cmd->add_option("--num-redundant-experts", o->redundant, "Engine mode: replicated hot experts")->check(Range(0, 1 << 16));
@@ -106,11 +119,16 @@ void add_run_command(CLI::App& root, int& rc) {
     model::load_options lo;
     lo.quantize_experts = o->quantization == "mxfp4";
     if (!dump.empty() && tokens.empty()) throw std::invalid_argument("--dump-logits needs --tokens 1,2,3");
-    if (dump.empty() && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
+    const auto& images = o->images;
+    if (!o->dump_images.empty() && images.empty()) throw std::invalid_argument("--dump-image-embeddings needs --image FILE");
+    if (!images.empty() && !prompt.empty()) throw std::invalid_argument("--image goes with --chat (the chat format places it)");
+    const bool images_only = !o->dump_images.empty() && chat.empty();
+    if (dump.empty() && !images_only && prompt.empty() == chat.empty()) throw std::invalid_argument("give exactly one of --prompt or --chat");
     if (auto err = sampling::validate(g.sampling)) throw std::invalid_argument(*err);
 
     if (ep > 0 || !remote.empty() || device != "cpu") { // engine mode: the same request through the actor engine
       if (!dump.empty()) throw std::invalid_argument("--dump-logits runs offline; drop the shard flags");
+      if (!images.empty()) throw std::invalid_argument("--image runs offline on the CPU; drop the engine flags");
       caf::actor_system_config cfg;
       llm_engine::add_types(cfg);
       caf::actor_system sys{cfg};
@@ -163,6 +181,48 @@ void add_run_command(CLI::App& root, int& rc) {
       return;
     }
 
+    // Images: decode, preprocess and encode before the text model loads (the dump needs no more).
+    std::vector<float> image_rows;
+    std::vector<vision::resize_plan> plans;
+    std::vector<std::pair<int, int>> sizes;
+    std::int64_t image_hidden = 0;
+    if (!images.empty()) {
+      const auto vm = vision::vision_model::load(dir);
+      if (!vm) throw std::invalid_argument(dir + ": the checkpoint has no vision_config (no vision tower); --image needs one");
+      std::vector<vision::pixel_patches> px;
+      for (const auto& path : images) {
+        std::ifstream in(path, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        vision::image img;
+        try {
+          img = vision::decode_image(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+        } catch (const vision::image_error& e) {
+          throw std::invalid_argument(path + ": " + e.what());
+        }
+        plans.push_back(vision::plan_resize(img.width, img.height, vm->config.proc));
+        sizes.emplace_back(img.width, img.height);
+        px.push_back(vision::preprocess(img, vm->config.proc));
+        std::fprintf(stderr, "k3 run: %s: %dx%d → %d×%d patches, %lld tokens\n", path.c_str(), img.width, img.height,
+                     px.back().grid_h, px.back().grid_w, static_cast<long long>(plans.back().tokens));
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      image_rows = vm->net->encode(px);
+      std::fprintf(stderr, "k3 run: vision tower %.3f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      image_hidden = vm->config.text_hidden;
+      if (!o->dump_images.empty()) {
+        std::ofstream f(o->dump_images, std::ios::binary | std::ios::trunc);
+        f.write(reinterpret_cast<const char*>(image_rows.data()), static_cast<std::streamsize>(image_rows.size() * sizeof(float)));
+        if (!f) throw std::runtime_error(o->dump_images + ": write failed");
+        std::fprintf(stderr, "k3 run: wrote %lld x %lld fp32 image embeddings to %s\n",
+                     static_cast<long long>(static_cast<std::int64_t>(image_rows.size()) / image_hidden),
+                     static_cast<long long>(image_hidden), o->dump_images.c_str());
+        if (images_only) {
+          rc = 0;
+          return;
+        }
+      }
+    }
+
     std::vector<std::string> notes;
     auto m = model::model::load(dir, lo, &notes);
     for (const auto& n : notes) std::fprintf(stderr, "k3 run: %s\n", n.c_str());
@@ -203,10 +263,36 @@ void add_run_command(CLI::App& root, int& rc) {
       };
       if (!system.empty()) turn("system", system);
       turn("user", chat);
+      if (!images.empty()) { // the images first, then the text, in one user message
+        std::vector<chat::content_part> parts;
+        for (std::size_t i = 0; i < images.size(); ++i) {
+          chat::content_part cp{"image_url", "", images[i]};
+          cp.media_w = sizes[i].first, cp.media_h = sizes[i].second, cp.media_tokens = plans[i].tokens;
+          parts.push_back(cp);
+        }
+        parts.push_back({"text", chat});
+        conv.messages.back().parts = std::move(parts);
+      }
       const auto segs = m->config().fam == model::family::kimi_k3 ? chat::render_k3(conv) : chat::render_k2(conv);
       ids = tk.encode(segs);
     }
     if (ids.empty()) throw std::invalid_argument("the prompt encodes to no tokens");
+    std::vector<model::embed_override> spans;
+    if (!images.empty()) { // each image's rows go to its run of <|media_pad|> tokens, in order
+      const std::int32_t pad = tk.id_of("<|media_pad|>");
+      std::int64_t row = 0;
+      std::size_t k = 0;
+      for (std::size_t t = 0; t < ids.size(); ++t) {
+        if (ids[t] != pad || (t > 0 && ids[t - 1] == pad)) continue;
+        if (k >= plans.size()) throw std::runtime_error("more media placeholders than images");
+        spans.push_back({static_cast<std::int64_t>(t), plans[k].tokens, image_rows.data() + row * image_hidden});
+        row += plans[k++].tokens;
+      }
+      if (k != plans.size()) throw std::runtime_error("media placeholders do not match the images");
+      if (image_hidden != m->config().hidden)
+        throw std::runtime_error("vision_config.text_hidden_size differs from the text model's hidden size");
+      g.embeds = spans;
+    }
 
     tok::incremental_decoder dec(tk.bpe());
     const auto r = model::generate(*m, ids, tk.stop_ids, g, [&](std::int32_t id) {

@@ -22,7 +22,7 @@ generate_result generate(model& m, const std::vector<std::int32_t>& prompt, cons
   step_output out;
   for (std::size_t p = 0; p < prompt.size(); p += static_cast<std::size_t>(opt.prefill_chunk)) {
     const std::size_t n = std::min(prompt.size() - p, static_cast<std::size_t>(opt.prefill_chunk));
-    const batch_entry e{&seq, {prompt.data() + p, n}, false};
+    const batch_entry e{&seq, {prompt.data() + p, n}, false, opt.embeds};
     out = m.step({&e, 1});
   }
   const auto t1 = clock::now();

@@ -20,6 +20,8 @@ struct generate_options {
   std::uint64_t seed = 0;
   int prefill_chunk = 512;   ///< prompt tokens per step
   bool ignore_eos = false;   ///< keep going past stop ids (benchmarks)
+  /// Image features replacing prompt rows (absolute positions; see batch_entry::embeds).
+  std::span<const embed_override> embeds = {};
 };
 
 struct generate_result {

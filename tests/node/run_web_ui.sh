@@ -10,7 +10,7 @@ CHROMIUM=${K3_CHROMIUM:-$(command -v chromium || command -v chromium-browser || 
 if [ -z "$CHROMIUM" ]; then echo "SKIP: chromium is not installed (make test installs Debian's chromium as root)"; exit 77; fi
 if [ ! -d "$here/node_modules/puppeteer-core" ]; then echo "the npm package puppeteer-core is not installed: run 'make test-peers'"; exit 1; fi
 mkdir -p "$W"
-"$K3" make-model --out "$W/k3" --quiet >/dev/null 2>&1 || { echo "make-model failed"; exit 1; }
+"$K3" make-model --out "$W/k3" --vision --quiet >/dev/null 2>&1 || { echo "make-model failed"; exit 1; }
 args=(serve --model "$W/k3" --served-model-name Kimi-K3 --port 0 --max-model-len 8192 --kv-cache-memory 134217728)
 exec 3< <(exec "$K3" "${args[@]}" 2>"$W/err3")
 pid3=$!

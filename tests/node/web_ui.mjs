@@ -78,7 +78,7 @@ try {
   check(await page.$eval('#model', (s) => s.value) === 'Kimi-K3', 'the model list comes from /v1/models');
   await page.waitForFunction(() => /running \d/.test(document.getElementById('status').textContent), { timeout: 10000 });
   check(true, 'the status strip shows /metrics figures');
-  check(await page.$eval('#image-picker', (e) => e.hidden), 'no image picker for a model without a vision tower');
+  check(!(await page.$eval('#image-picker', (e) => e.hidden)), 'the image picker shows for a model with a vision tower');
 
   // ---- a reply streams into the page, thinking shown then collapsed --------------------------
   await setField(page, 'thinking', true);
@@ -95,6 +95,34 @@ try {
   check(a && a.thinking && !a.thinking.open && a.thinking.text.length > 0, 'the thinking block collapses when the reply ends');
   check(/completion \d+/.test(a.figures) && /TTFT \d+ ms/.test(a.figures) && /prompt \d+/.test(a.figures), 'per-reply figures: ' + a.figures);
   check(requests.at(-1).stream === true && requests.at(-1).thinking.type === 'enabled', 'the request streams with thinking on');
+
+  // ---- an attached image goes out as an image_url part and is answered ------------------------
+  {
+    const { deflateSync } = await import('node:zlib');
+    const { writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const crcT = Array.from({ length: 256 }, (_, n) => { let c = n; for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1; return c >>> 0; });
+    const crc = (b) => { let c = 0xffffffff; for (const x of b) c = crcT[(c ^ x) & 0xff] ^ (c >>> 8); return (c ^ 0xffffffff) >>> 0; };
+    const chunk = (t, d) => { const td = Buffer.concat([Buffer.from(t), d]); const l = Buffer.alloc(4); l.writeUInt32BE(d.length); const c = Buffer.alloc(4); c.writeUInt32BE(crc(td)); return Buffer.concat([l, td, c]); };
+    const w = 40, h = 30, raw = Buffer.alloc((w * 3 + 1) * h);
+    for (let i = 0; i < raw.length; i++) if (i % (w * 3 + 1)) raw[i] = (i * 13) & 255;
+    const ihdr = Buffer.alloc(13); ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4); ihdr[8] = 8; ihdr[9] = 2;
+    const file = `${tmpdir()}/k3-web-ui-${process.pid}.png`;
+    writeFileSync(file, Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]));
+    const input = await page.$('#image');
+    await input.uploadFile(file);
+    await page.waitForFunction(() => document.querySelectorAll('#attachments img').length === 1, { timeout: 10000 });
+    await setField(page, 'max_tokens', '8');
+    await send(page, 'What is in this picture?');
+    await waitIdle(page);
+    const sent = requests.at(-1).messages.at(-1);
+    check(Array.isArray(sent.content) && sent.content.some((p) => p.type === 'image_url' && p.image_url.url.startsWith('data:image/png;base64,')),
+      'the attached image is sent as an image_url data URL');
+    const shown = await page.evaluate(() => { const u = document.querySelectorAll('#messages .msg.user'); return u[u.length - 1].querySelectorAll('img').length; });
+    check(shown === 1, 'the user turn shows the attached image');
+    a = await lastAssistant(page);
+    check(a && /prompt \d+/.test(a.figures), 'the image turn is answered: ' + (a && a.figures));
+  }
 
   // ---- stop cancels on the server --------------------------------------------------------------
   const abortsBefore = await metric(base, 'k3:request_success_total', 'finished_reason="abort"');
