@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 build=${K3_FUZZ_BUILD:-build-fuzz}
-all=(http_fuzz openai_request_fuzz safetensors_fuzz tokenizer_fuzz chat_render_fuzz output_parser_fuzz)
+all=(http_fuzz openai_request_fuzz safetensors_fuzz tokenizer_fuzz chat_render_fuzz output_parser_fuzz image_fuzz)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 launcher=()
