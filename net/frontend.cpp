@@ -151,8 +151,8 @@ void frontend::encode_images(prepared& p) {
   for (std::size_t i = 0; i < p.images.size(); ++i) {
     const std::int64_t n = p.images[i].tokens;
     if (first[which[i] + 1] - first[which[i]] != n) throw api_error(500, "vision tower: token count mismatch", "", "internal_error");
-    std::copy_n(rows.data() + first[which[i]] * T, n * T, media->rows.data() + off * T);
-    media->spans.push_back({p.images[i].pad_start, n, nullptr});
+    f32_to_bf16(rows.data() + first[which[i]] * T, media->rows.data() + off * T, n * T);
+    media->spans.push_back({p.images[i].pad_start, n, nullptr, nullptr});
     media->hashes.push_back(p.images[i].hash);
     off += n;
   }

@@ -58,13 +58,14 @@ using request_id = std::uint64_t;
 struct media_inputs {
   std::vector<model::embed_override> spans; ///< absolute prompt positions; rows point into `rows`
   std::vector<std::uint64_t> hashes;        ///< parallel to spans
-  std::vector<float> rows;                  ///< [Σ count, hidden]
+  std::vector<bf16_t> rows;                 ///< [Σ count, hidden], bf16 (the projector's output type)
   std::int64_t hidden = 0;
-  /// Points spans[i].rows into `rows` (call after filling; the struct must not move afterwards).
+  /// Points spans[i].rows_bf16 into `rows` (call after filling; the struct must not move afterwards).
   void bind() {
     std::int64_t off = 0;
     for (auto& s : spans) {
-      s.rows = rows.data() + off * hidden;
+      s.rows = nullptr;
+      s.rows_bf16 = rows.data() + off * hidden;
       off += s.count;
     }
   }

@@ -177,8 +177,11 @@ step_output model::step(std::span<const batch_entry> batch) {
     for (std::int64_t i = 0; i < b.len[e]; ++i) w_.embed.row(batch[e].tokens[i], x.data() + (b.off[e] + i) * Hd);
     for (const auto& ov : batch[e].embeds) { // image features over their pad tokens' embeddings
       const std::int64_t lo = std::max(ov.start, b.pos0[e]), hi = std::min(ov.start + ov.count, b.pos0[e] + b.len[e]);
-      for (std::int64_t p = lo; p < hi; ++p)
-        std::memcpy(x.data() + (b.off[e] + p - b.pos0[e]) * Hd, ov.rows + (p - ov.start) * Hd, static_cast<std::size_t>(Hd) * 4);
+      for (std::int64_t p = lo; p < hi; ++p) {
+        float* dst = x.data() + (b.off[e] + p - b.pos0[e]) * Hd;
+        if (ov.rows_bf16) bf16_to_f32(ov.rows_bf16 + (p - ov.start) * Hd, dst, Hd);
+        else std::memcpy(dst, ov.rows + (p - ov.start) * Hd, static_cast<std::size_t>(Hd) * 4);
+      }
     }
   }
 

@@ -80,7 +80,8 @@ private:
 /// the entry's chunk; only the overlap is used.
 struct embed_override {
   std::int64_t start = 0, count = 0;
-  const float* rows = nullptr;
+  const float* rows = nullptr;        ///< fp32 rows, or
+  const bf16_t* rows_bf16 = nullptr;  ///< bf16 rows (the server keeps image features in bf16, as the reference does)
 };
 
 struct batch_entry {

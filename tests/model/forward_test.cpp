@@ -97,6 +97,42 @@ TEST_CASE("forward: one prefill = chunked prefill = token-by-token decode", "[mo
   }
 }
 
+TEST_CASE("forward: replaced input rows (image features) are placed by absolute position across chunks", "[model]") {
+  fixture f(model::family::kimi_k3);
+  const auto V = f.m->config().vocab;
+  const auto Hd = f.m->config().hidden;
+  const auto toks = random_tokens(5, 40, V);
+  // Two "images": rows for positions [6, 6+9) and [20, 20+4) (distinct random features).
+  test::rng r(9);
+  const auto rows = r.normals(static_cast<std::size_t>(13 * Hd));
+  const std::vector<model::embed_override> spans{{6, 9, rows.data()}, {20, 4, rows.data() + 9 * Hd}};
+  auto run = [&](std::vector<int> sizes, bool with_rows) {
+    auto seq = f.m->new_sequence(8);
+    std::vector<float> all;
+    std::size_t p = 0, i = 0;
+    while (p < toks.size()) {
+      const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(sizes[i++ % sizes.size()]), toks.size() - p);
+      model::batch_entry e{&seq, {toks.data() + p, n}, true};
+      if (with_rows) e.embeds = spans;
+      const auto out = f.m->step({&e, 1});
+      all.insert(all.end(), out.logits.begin(), out.logits.end());
+      p += n;
+    }
+    return all;
+  };
+  const auto once = run({1000}, true);
+  const auto chunked = run({5, 3, 11}, true); // chunks cut through both spans
+  const auto decode = run({1}, true);
+  const auto plain = run({1000}, false);
+  CHECK(max_row_rel(chunked, once, V) <= 1e-4);
+  CHECK(max_row_rel(decode, once, V) <= 1e-4);
+  // Before the first span the rows change nothing; from it on they do.
+  const std::span<const float> a(once), b(plain);
+  CHECK(max_row_rel(a.first(static_cast<std::size_t>(6 * V)), b.first(static_cast<std::size_t>(6 * V)), V) == 0.0);
+  CHECK(max_row_rel(a.subspan(static_cast<std::size_t>(6 * V), static_cast<std::size_t>(V)),
+                    b.subspan(static_cast<std::size_t>(6 * V), static_cast<std::size_t>(V)), V) > 1e-3);
+}
+
 TEST_CASE("forward: a sequence's logits are the same alone or batched with others", "[model]") {
   for (auto fam : {model::family::kimi_k3, model::family::kimi_linear}) {
     INFO("family " << static_cast<int>(fam));

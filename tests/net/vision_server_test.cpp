@@ -268,13 +268,13 @@ TEST_CASE("server: loopback image hosts refused without --media-allow-private-ne
 }
 
 TEST_CASE("server: the prefix cache hits across turns with the same image and stops at a different one", "[net][vision]") {
-  vision_server s;
+  vision_server s({"--exact-fp32"}); // reference numerics: cached and recomputed replies must agree
   const std::string a = data_url(png_rgb(60, 60, 7)), b = data_url(png_rgb(60, 60, 8)); // same size, other pixels
   auto turn = [&](const std::string& img, bool second) {
     std::string msgs = R"([{"role":"user","content":[{"type":"text","text":"Describe the picture in detail please."},)" + image_part(img) + "]}";
     if (second) msgs += R"(,{"role":"assistant","content":"A picture."},{"role":"user","content":"And the colours?"})";
     return http_request(s.port, "POST", "/v1/chat/completions",
-                        R"({"model":"Kimi-K3","temperature":0,"max_tokens":2,"messages":)" + msgs + "]}");
+                        R"({"model":"Kimi-K3","temperature":0,"max_tokens":8,"messages":)" + msgs + "]}");
   };
   const auto t1 = turn(a, false);
   REQUIRE(t1.status == 200);
@@ -297,4 +297,17 @@ TEST_CASE("server: the prefix cache hits across turns with the same image and st
   const auto t3 = turn(b, true);
   REQUIRE(t3.status == 200);
   CHECK(cached(t3) <= first_pad);
+  // The same turns on a server without the prefix cache give the same greedy replies.
+  vision_server off({"--exact-fp32", "--no-enable-prefix-caching"});
+  auto reply = [](const test::http_response& r) {
+    return json::dump(*parse(r.body).find("choices")->items.at(0).find("message"), {.compact = true, .sort_keys = true});
+  };
+  auto turn_off = [&](const std::string& img, bool second) {
+    std::string msgs = R"([{"role":"user","content":[{"type":"text","text":"Describe the picture in detail please."},)" + image_part(img) + "]}";
+    if (second) msgs += R"(,{"role":"assistant","content":"A picture."},{"role":"user","content":"And the colours?"})";
+    return http_request(off.port, "POST", "/v1/chat/completions",
+                        R"({"model":"Kimi-K3","temperature":0,"max_tokens":8,"messages":)" + msgs + "]}");
+  };
+  CHECK(reply(turn_off(a, true)) == reply(t2));
+  CHECK(reply(turn_off(b, true)) == reply(t3));
 }
