@@ -5,6 +5,7 @@
 
 #include "bench/bench_util.hpp"
 #include "bench/kernel_bench.hpp"
+#include "bench/peak_bench.hpp"
 #include "kernels/common/bf16.hpp"
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
@@ -48,7 +49,11 @@ int run_dense_bench(const kernel_bench_options& opts) {
       {reinterpret_cast<const std::uint8_t*>(w.data()), static_cast<std::int64_t>(bytes)}};
   volatile std::uint64_t sink = 0;
   auto stream_pass = [&] { sink = sink + stream_read(regions); };
-  table t({{"kernel", 18}, {"M", 5}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"GFLOP/s", 8}});
+  const peaks pk = measure_peaks();
+  std::printf("measured peaks: fp32 FMA %.0f GFLOP/s, bf16 dot %s\n", pk.fp32,
+              pk.bf16 > 0 ? (fmt(pk.bf16, 0) + " GFLOP/s (vdpbf16ps)").c_str() : "n/a (no AVX512-BF16)");
+  table t({{"kernel", 18}, {"M", 5}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"GFLOP/s", 8},
+           {"of fp32 peak", 12}, {"of bf16 peak", 12}});
   for (int m : {1, 4, 16, 64, 512}) {
     std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3 * static_cast<double>(i));
@@ -59,8 +64,9 @@ int run_dense_bench(const kernel_bench_options& opts) {
     pass();
     const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
     const double gk = bytes / tk / 1e9, gs = bytes / ts / 1e9;
-    t.row({m <= 64 ? "bf16 GEMV" : "bf16 panel+sgemm", std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs),
-           fmt(2.0 * m * n * k * mats / tk / 1e9, 1)});
+    const double gf = 2.0 * m * n * k * mats / tk / 1e9;
+    t.row({m <= 64 ? "bf16 GEMV" : "bf16 panel+sgemm", std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gf, 1),
+           pk.fp32 > 0 ? fmt(gf / pk.fp32) : "-", pk.bf16 > 0 ? fmt(gf / pk.bf16) : "-"});
   }
   (void)sink;
   return 0;
