@@ -266,6 +266,12 @@ image decode_webp(const std::uint8_t* data, std::size_t size, const decode_limit
 }
 
 // ---- GIF ----------------------------------------------------------------------------------
+// giflib's GifErrorString returns NULL for codes it does not know.
+std::string gif_error(int code) {
+  const char* m = GifErrorString(code);
+  return m ? m : "error " + std::to_string(code);
+}
+
 struct gif_src {
   const std::uint8_t* p;
   std::size_t n, off = 0;
@@ -281,7 +287,7 @@ image decode_gif(const std::uint8_t* data, std::size_t size, const decode_limits
     s->off += take;
     return static_cast<int>(take);
   }, &e);
-  if (!g) fail(std::string("cannot decode the gif image: ") + GifErrorString(e));
+  if (!g) fail(std::string("cannot decode the gif image: ") + gif_error(e));
   std::unique_ptr<GifFileType, void (*)(GifFileType*)> guard(g, [](GifFileType* x) {
     int ee = 0;
     DGifCloseFile(x, &ee);
@@ -296,7 +302,7 @@ image decode_gif(const std::uint8_t* data, std::size_t size, const decode_limits
   int transparent = -1;
   GifRecordType rec;
   do {
-    if (DGifGetRecordType(g, &rec) == GIF_ERROR) fail(std::string("cannot decode the gif image: ") + GifErrorString(g->Error));
+    if (DGifGetRecordType(g, &rec) == GIF_ERROR) fail(std::string("cannot decode the gif image: ") + gif_error(g->Error));
     if (rec == EXTENSION_RECORD_TYPE) {
       int code = 0;
       GifByteType* ext = nullptr;
@@ -307,7 +313,7 @@ image decode_gif(const std::uint8_t* data, std::size_t size, const decode_limits
         code = 0;
       }
     } else if (rec == IMAGE_DESC_RECORD_TYPE) {
-      if (DGifGetImageDesc(g) == GIF_ERROR) fail(std::string("cannot decode the gif image: ") + GifErrorString(g->Error));
+      if (DGifGetImageDesc(g) == GIF_ERROR) fail(std::string("cannot decode the gif image: ") + gif_error(g->Error));
       const GifImageDesc& d = g->Image;
       const ColorMapObject* cm = d.ColorMap ? d.ColorMap : g->SColorMap;
       if (!cm) fail("cannot decode the gif image: no colour table");
@@ -329,7 +335,7 @@ image decode_gif(const std::uint8_t* data, std::size_t size, const decode_limits
         for (int y = 0; y < d.Height; ++y) order.push_back(y);
       }
       for (int y : order) {
-        if (DGifGetLine(g, line.data(), d.Width) == GIF_ERROR) fail(std::string("cannot decode the gif image: ") + GifErrorString(g->Error));
+        if (DGifGetLine(g, line.data(), d.Width) == GIF_ERROR) fail(std::string("cannot decode the gif image: ") + gif_error(g->Error));
         const int yy = d.Top + y;
         if (yy < 0 || yy >= img.height) continue;
         for (int x = 0; x < d.Width; ++x) {

@@ -254,5 +254,11 @@ TEST_CASE("vision: refusals — unknown bytes, truncated data, decompression bom
   auto [s4, m4] = status_of(test::jpeg_bytes(8, 8, 3, std::vector<std::uint8_t>(192, 5)).substr(0, 20));
   CHECK(s4 == 400);
   CHECK(status_of("GIF89a").first == 400);
+  // A GIF whose frame ends early: giflib reports an error code it has no message for (found by
+  // the image fuzzer; the message lookup must not dereference NULL).
+  const unsigned char gif[] = {0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x04, 0x00, 0x0b, 0x00, 0xf0, 0x00, 0x00,
+                               0x00, 0x00, 0x00, 0xc8, 0x00, 0x00, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00,
+                               0x00, 0x2c, 0x01, 0x82, 0x00, 0x01, 0x00, 0x02, 0x0a, 0x00, 0x00};
+  CHECK(status_of(std::string(reinterpret_cast<const char*>(gif), sizeof gif)).first == 400);
   CHECK(status_of(std::string("RIFF\0\0\0\0WEBPVP8 ", 16)).first == 400);
 }
