@@ -29,16 +29,6 @@ frontend::~frontend() = default;
 
 namespace {
 
-media_policy policy_of(const server_config& c) {
-  media_policy p;
-  p.allowed_domains = c.allowed_media_domains;
-  p.allowed_local_path = c.allowed_local_media_path;
-  p.fetch_timeout = c.media_fetch_timeout;
-  p.max_bytes = c.max_image_bytes;
-  p.allow_private = c.media_allow_private_networks;
-  return p;
-}
-
 // FNV-1a over the bytes, then a 64-bit finaliser: the image's identity for the prefix cache.
 std::uint64_t content_hash(const std::string& bytes) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -75,7 +65,7 @@ std::vector<std::pair<std::string, std::string>> frontend::remote_media(const st
 }
 
 void frontend::load_images(chat_request& r, const fetched_media* fetched, prepared& out, bool pixels) const {
-  const media_policy pol = policy_of(cfg);
+  const media_policy pol = media_policy_of(cfg);
   for (std::size_t i = 0; i < r.conv.messages.size(); ++i) {
     auto& m = r.conv.messages[i];
     if (!m.parts) continue;

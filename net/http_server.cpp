@@ -71,15 +71,7 @@ void do_accept(http_server::impl& core) {
 http_server::impl::impl(llm_engine& e, server_config c, std::shared_ptr<const vision::vision_model> vision)
     : frontend(e, std::move(c), std::move(vision)), ioc(cfg.http_threads), acceptor(ioc), signals(ioc, SIGTERM, SIGINT),
       accept_retry(ioc), prep(static_cast<std::size_t>(pool_threads(cfg.tokenizer_threads))) {
-  if (vision_enabled()) {
-    media_policy pol;
-    pol.allowed_domains = cfg.allowed_media_domains;
-    pol.allowed_local_path = cfg.allowed_local_media_path;
-    pol.fetch_timeout = cfg.media_fetch_timeout;
-    pol.max_bytes = cfg.max_image_bytes;
-    pol.allow_private = cfg.media_allow_private_networks;
-    fetcher = std::make_unique<media_fetcher>(std::move(pol));
-  }
+  if (vision_enabled()) fetcher = std::make_unique<media_fetcher>(media_policy_of(cfg));
 }
 
 http_server::impl::~impl() {

@@ -42,6 +42,16 @@ bool starts_with_ci(std::string_view s, std::string_view p) {
 
 } // namespace
 
+media_policy media_policy_of(const server_config& c) {
+  media_policy p;
+  p.allowed_domains = c.allowed_media_domains;
+  p.allowed_local_path = c.allowed_local_media_path;
+  p.fetch_timeout = c.media_fetch_timeout;
+  p.max_bytes = c.max_image_bytes;
+  p.allow_private = c.media_allow_private_networks;
+  return p;
+}
+
 bool is_remote_url(std::string_view url) noexcept {
   return starts_with_ci(url, "http://") || starts_with_ci(url, "https://");
 }

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/server_config.hpp"
 #include "net/openai_request.hpp"
 
 namespace k3::net {
@@ -33,6 +34,9 @@ struct media_policy {
   bool allow_private = false;
   int max_redirects = 5;
 };
+
+/// The policy the server's flags describe.
+[[nodiscard]] media_policy media_policy_of(const server_config& c);
 
 /// True for an http:// or https:// URL (which needs media_fetcher).
 [[nodiscard]] bool is_remote_url(std::string_view url) noexcept;

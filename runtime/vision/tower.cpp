@@ -72,6 +72,18 @@ void round_all(std::vector<float>& v, bool on) {
   });
 }
 
+// x += y over n values; production mode rounds y (a bf16 tensor in the reference) and the sum
+// (the bf16 residual stream).
+void add_residual(std::vector<float>& x, const std::vector<float>& y, std::int64_t n, bool rnd) {
+  parallel_for((n + 65535) / 65536, [&](std::int64_t b) {
+    const std::int64_t e = std::min(n, (b + 1) * 65536);
+    for (std::int64_t i = b * 65536; i < e; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      x[u] = rnd ? round_bf16(x[u] + round_bf16(y[u])) : x[u] + y[u];
+    }
+  });
+}
+
 inline float gelu_tanh(float z) {
   return 0.5f * z * (1.0f + std::tanh(0.7978845608028654f * (z + 0.044715f * z * z * z)));
 }
@@ -247,14 +259,7 @@ void tower::run_blocks(std::vector<float>& x, std::span<const pixel_patches> ima
     }
     round_all(att, rnd);
     b.wo.matmul(att.data(), Q, L, tmp.data(), D);
-    parallel_for(L, [&](std::int64_t t) {
-      for (std::int64_t k = 0; k < D; ++k) {
-        float& xv = x[static_cast<std::size_t>(t * D + k)];
-        float a = tmp[static_cast<std::size_t>(t * D + k)];
-        if (rnd) a = round_bf16(a);
-        xv = rnd ? round_bf16(xv + a) : xv + a;
-      }
-    });
+    add_residual(x, tmp, L * D, rnd);
     ops::rms_norm(x.data(), b.norm1.data(), c_.norm_eps, L, D, h.data());
     round_all(h, rnd);
     std::vector<float>& up = tmp; // [L, I]
@@ -266,14 +271,7 @@ void tower::run_blocks(std::vector<float>& x, std::span<const pixel_patches> ima
       }
     });
     b.fc1.matmul(up.data(), I, L, att.data(), D); // att reused as [L, D]
-    parallel_for(L, [&](std::int64_t t) {
-      for (std::int64_t k = 0; k < D; ++k) {
-        float& xv = x[static_cast<std::size_t>(t * D + k)];
-        float a = att[static_cast<std::size_t>(t * D + k)];
-        if (rnd) a = round_bf16(a);
-        xv = rnd ? round_bf16(xv + a) : xv + a;
-      }
-    });
+    add_residual(x, att, L * D, rnd);
   }
   ops::rms_norm(x.data(), w_.final_norm.data(), c_.norm_eps, L, D, h.data());
   round_all(h, rnd);
