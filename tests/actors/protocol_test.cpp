@@ -120,7 +120,7 @@ TEST_CASE_METHOD(fixture, "protocol: cancel while the step is in flight frees th
   CHECK(stats().kv_slots_used == 0);
 }
 
-TEST_CASE_METHOD(fixture, "protocol: a vanished client is a cancellation; a full queue answers queue_full", "[actors]") {
+TEST_CASE_METHOD(fixture, "protocol: a vanished client is a cancellation, a full queue answers queue_full", "[actors]") {
   std::vector<actors::stream_event> log;
   auto a = client(log, 1);
   self->send(scheduler, actors::submit_atom::value, spec(1, 4, 200), a);

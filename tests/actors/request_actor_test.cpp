@@ -101,7 +101,7 @@ TEST_CASE_METHOD(fixture, "request actor: a stop at the first token yields no te
   CHECK(log[0].finish_reason == "stop");
 }
 
-TEST_CASE_METHOD(fixture, "request actor: without a stop match every byte arrives; a held prefix is released at the end",
+TEST_CASE_METHOD(fixture, "request actor: without a stop match every byte arrives, a held prefix is released at the end",
                  "[actors][stop]") {
   const auto log = feed(ids("abcab"), {"abd"});
   CHECK(text_of(log) == "abcab"); // "ab" at the end was held as a possible stop prefix, then released

@@ -46,7 +46,7 @@ TEST_CASE("sim actors: without expert shards the actor run equals the discrete-e
   CHECK(act.steps == des.steps);
 }
 
-TEST_CASE("sim actors: EP shards price each layer's experts; replicas queue at shared shards", "[actors][sim]") {
+TEST_CASE("sim actors: EP shards price each layer's experts, replicas queue at shared shards", "[actors][sim]") {
   setup s("--tp 8 --ep 8 --max-model-len 65536", 8);
   sim_options o;
   const auto w = poisson(1, 6, 1000, 40);

@@ -197,7 +197,7 @@ TEST_CASE("kv: prefix cache under random admit/hit/step/finish/cancel/preempt/fa
   }
 }
 
-TEST_CASE("kv: a hit needs a checkpoint at its boundary; lookup never matches a whole prompt", "[engine]") {
+TEST_CASE("kv: a hit needs a checkpoint at its boundary, lookup never matches a whole prompt", "[engine]") {
   const auto c = small_config();
   kv_config k{.memory_bytes = 8 << 20, .block_size = 16, .max_model_len = 256, .max_num_seqs = 4};
   k.prefix_caching = true;

@@ -108,7 +108,7 @@ TEST_CASE("cuda forward pass matches the CPU model on mixed batches", "[gpu][mod
   }
 }
 
-TEST_CASE("cuda: prefill then decode equals one prefill; a sequence alone equals it batched", "[gpu][model]") {
+TEST_CASE("cuda: prefill then decode equals one prefill, a sequence alone equals it batched", "[gpu][model]") {
   if (test::no_gpu()) return;
   gpu_fixture fx(model::family::kimi_k3, "gpu_inv");
   const auto& c = fx.cpu->config();

@@ -122,7 +122,7 @@ TEST_CASE("hardening: the listener keeps accepting after running out of file des
   CHECK(h.status == 200);
 }
 
-TEST_CASE("hardening: --max-connections caps open connections with 503; timeouts close slow clients", "[net][hardening]") {
+TEST_CASE("hardening: --max-connections caps open connections with 503, timeouts close slow clients", "[net][hardening]") {
   server s({"--max-connections", "2", "--header-timeout", "0.3", "--timeout-keep-alive", "0.3"});
   SECTION("the third connection gets 503 and is closed") {
     test::raw_connection a(s.port), b(s.port);

@@ -19,7 +19,7 @@ std::string param_of(const std::string& body) {
 const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
 } // namespace
 
-TEST_CASE("request: thinking on by default; Moonshot's top-level thinking switch", "[net][request]") {
+TEST_CASE("request: thinking on by default, Moonshot's top-level thinking switch", "[net][request]") {
   CHECK(parse("{" + msgs + "}").conv.thinking);
   CHECK_FALSE(parse("{" + msgs + R"(,"thinking":{"type":"disabled"}})").conv.thinking);
   CHECK(parse("{" + msgs + R"(,"thinking":{"type":"enabled"}})").conv.thinking);
@@ -28,7 +28,7 @@ TEST_CASE("request: thinking on by default; Moonshot's top-level thinking switch
   CHECK(param_of("{" + msgs + R"(,"thinking":{"type":"enabled","extra":1}})") == "thinking.extra");
 }
 
-TEST_CASE("request: precedence — kwargs thinking over enable_thinking over the top-level switch; effort none is off",
+TEST_CASE("request: precedence — kwargs thinking over enable_thinking over the top-level switch, effort none is off",
           "[net][request]") {
   CHECK_FALSE(parse("{" + msgs + R"(,"reasoning_effort":"none"})").conv.thinking);
   CHECK(parse("{" + msgs + R"(,"reasoning_effort":"low"})").conv.thinking_effort == "low");
@@ -43,7 +43,7 @@ TEST_CASE("request: precedence — kwargs thinking over enable_thinking over the
   CHECK_FALSE(parse("{" + msgs + R"(,"thinking":{"type":"enabled"}})", false).conv.thinking);
 }
 
-TEST_CASE("request: reasoning_content wins over reasoning; a system message may carry tools", "[net][request]") {
+TEST_CASE("request: reasoning_content wins over reasoning, a system message may carry tools", "[net][request]") {
   auto r = parse(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a","reasoning":"R2","reasoning_content":"R1"}]})");
   CHECK(r.conv.messages[1].reasoning_content == "R1");
   r = parse(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a","reasoning":"R2"}]})");

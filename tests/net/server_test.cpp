@@ -249,7 +249,7 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
   }
 }
 
-TEST_CASE("server: limits — auth, body size, queue full; drain on SIGTERM", "[net]") {
+TEST_CASE("server: limits — auth, body size, queue full, drain on SIGTERM", "[net]") {
   SECTION("API key: 401 without it, /health stays public") {
     server s({"--api-key", "sekrit"});
     CHECK(http_request(s.port, "GET", "/health").status == 200);
@@ -341,7 +341,7 @@ TEST_CASE("server: launch lines — flags that cannot take effect are start-up e
   CHECK(out.find("listening on") != std::string::npos);
 }
 
-TEST_CASE("server: --simulate PLAN streams placeholder tokens at the modeled pace; --simulate and launch-line errors", "[net]") {
+TEST_CASE("server: --simulate PLAN streams placeholder tokens at the modeled pace, --simulate and launch-line errors", "[net]") {
   SECTION("plan A pacing and KV pools") {
     server s({"--simulate", "A"});
     const auto t0 = std::chrono::steady_clock::now();

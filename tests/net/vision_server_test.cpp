@@ -251,7 +251,7 @@ TEST_CASE("server: image errors — each class with its status and the part name
   CHECK(http_request(s.port, "GET", "/health").status == 200);
 }
 
-TEST_CASE("server: loopback image hosts refused without --media-allow-private-networks; Kimi Linear takes no images", "[net][vision]") {
+TEST_CASE("server: loopback image hosts refused without --media-allow-private-networks, Kimi Linear takes no images", "[net][vision]") {
   image_host host(png_rgb(8, 8, 5));
   {
     vision_server s({"--allowed-media-domains", "127.0.0.1"});

@@ -313,7 +313,7 @@ TEST_CASE("K3 XTML: attribute segments change the ids where one segment would me
   CHECK(std::count(merged.begin(), merged.end(), n - 1) == 1);
 }
 
-TEST_CASE("K2 golden: results labelled by position from one counter; unknown ids; verbatim arguments", "[chat][k2][golden]") {
+TEST_CASE("K2 golden: results labelled by position from one counter, unknown ids, verbatim arguments", "[chat][k2][golden]") {
   conversation c;
   message a = msg("assistant", "");
   a.tool_calls = {{"x", "f", ""}, {"y", "g", "{ \"a\" : 1 }"}};

@@ -319,7 +319,7 @@ TEST_CASE("grammar: keywords that cannot be enforced are errors naming keyword a
   CHECK(err(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}],"additionalProperties":false})").first == "allOf");
 }
 
-TEST_CASE("grammar: K3 output grammars — required, named, json_schema; the parser reads them back", "[grammar][output]") {
+TEST_CASE("grammar: K3 output grammars — required, named, json_schema, the parser reads them back", "[grammar][output]") {
   const auto& t = *fx().tok;
   output_spec s;
   s.k3 = true;

@@ -252,7 +252,7 @@ TEST_CASE("K2 parser: content, tool call section, raw arguments streamed, end ma
   CHECK(none.content == "Sure.");
 }
 
-TEST_CASE("K3 attributes unescape &quot; then &amp;", "[chat][parser]") {
+TEST_CASE("K3 attributes unescape &quot, then &amp,", "[chat][parser]") {
   const auto a = parse_attributes("call tool=\"a&amp;quot;b&quot;\" index=\"1\"");
   REQUIRE(a.size() == 2);
   CHECK(a[0].first == "tool");

@@ -104,7 +104,7 @@ TEST_CASE("pre-tokenizer: a 25,000-letter run is one piece in linear time (no JI
   CHECK(o[0].size() == big.size());
 }
 
-TEST_CASE("bounded encoding stops once over the limit; bytes bound the fewest tokens", "[tokenizer]") {
+TEST_CASE("bounded encoding stops once over the limit, bytes bound the fewest tokens", "[tokenizer]") {
   const auto vocab = toy_vocab();
   const kimi_tokenizer t(vocab, k3_named(static_cast<std::int32_t>(vocab.size())));
   const std::string text(4000, 'a');

@@ -23,7 +23,7 @@ plan plan_a() { return load_plan("A", "", 0, k3m()); }
 workload_spec closed(int c, int in, int out, int n) { return fixed_workload(workload_spec::kind::closed, c, n, in, out); }
 } // namespace
 
-TEST_CASE("routing: uniform, power law, recorded counts; EPLB replicas even out the ranks", "[sim]") {
+TEST_CASE("routing: uniform, power law, recorded counts, EPLB replicas even out the ranks", "[sim]") {
   const auto u = uniform();
   CHECK(std::accumulate(u.begin(), u.end(), 0.0) == Approx(1.0));
   // One rank: the expected unique experts follow E(1 − (1 − k/E)^N) (mxfp4.md §6.4).

@@ -80,7 +80,7 @@ TEST_CASE("vision: Pillow bicubic — hand-computed fixed-point values, same siz
   for (auto x : e.px) CHECK((x <= 255));
 }
 
-TEST_CASE("vision: palette and 1-bit images resize with NEAREST; RGBA resizes premultiplied (no colour bleed under alpha 0)", "[vision]") {
+TEST_CASE("vision: palette and 1-bit images resize with NEAREST, RGBA resizes premultiplied (no colour bleed under alpha 0)", "[vision]") {
   image p;
   p.width = 4, p.height = 1, p.mode = pixel_mode::P, p.px = {0, 1, 2, 3};
   p.palette = {{10, 0, 0, 255}, {20, 0, 0, 255}, {30, 0, 0, 255}, {40, 0, 0, 255}};

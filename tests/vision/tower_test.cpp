@@ -219,7 +219,7 @@ TEST_CASE("vision: tower + merge + projector equal the fp64 reference on odd gri
   CHECK(e > 0); // it does round
 }
 
-TEST_CASE("vision: bicubic position-table mode (selectable) matches its reference; 64×64 uses the table as is", "[vision]") {
+TEST_CASE("vision: bicubic position-table mode (selectable) matches its reference, 64×64 uses the table as is", "[vision]") {
   fixture f;
   auto c = f.vm_exact->config;
   c.bicubic_pos = true;
@@ -234,7 +234,7 @@ TEST_CASE("vision: bicubic position-table mode (selectable) matches its referenc
   CHECK(half[0] == Approx((w[0] + w[32] + w[64 * 32] + w[65 * 32]) / 4).epsilon(1e-6));
 }
 
-TEST_CASE("vision: ViT attention kernel equals the plain reference over odd lengths; NaN propagates", "[vision][kernels]") {
+TEST_CASE("vision: ViT attention kernel equals the plain reference over odd lengths, NaN propagates", "[vision][kernels]") {
   for (std::int64_t L : {1, 5, 63, 64, 65, 130}) {
     INFO("L = " << L);
     const int H = 3, d = 16;
