@@ -1,5 +1,5 @@
 #pragma once
-// `k3 bench sim`: wall time of the cluster simulator (issue 7's goal: >= 10k simulated
+// `k3 bench sim`: wall time of the cluster simulator (the goal: >= 10k simulated
 // requests per wall second on plan C). Each scenario runs `repeats` times; the median is
 // reported with the simulated steps per wall second.
 
