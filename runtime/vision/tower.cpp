@@ -278,19 +278,6 @@ void tower::run_blocks(std::vector<float>& x, std::span<const pixel_patches> ima
   x.swap(h);
 }
 
-std::vector<float> tower::tower_only(const pixel_patches& img) const {
-  const std::int64_t D = c_.hidden, P = 3ll * c_.patch * c_.patch;
-  const std::int64_t L = static_cast<std::int64_t>(img.grid_h) * img.grid_w;
-  if (static_cast<std::int64_t>(img.values.size()) != L * P) throw std::invalid_argument("pixel_patches: wrong size");
-  std::vector<float> x(static_cast<std::size_t>(L * D));
-  w_.patch.matmul(img.values.data(), P, L, x.data(), D);
-  round_all(x, !exact_);
-  const auto pe = position_table(img.grid_h, img.grid_w);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = exact_ ? x[i] + (*pe)[i] : round_bf16(x[i] + (*pe)[i]);
-  run_blocks(x, {&img, 1});
-  return x;
-}
-
 std::vector<float> tower::encode(std::span<const pixel_patches> images) const {
   const std::int64_t D = c_.hidden, P = 3ll * c_.patch * c_.patch, M = c_.merged(), T = c_.text_hidden;
   std::int64_t L = 0, N = 0;

@@ -50,8 +50,6 @@ public:
   /// Embeddings of the images, in order: [Σ tokens_i, text_hidden] fp32, image i's rows are its
   /// grid_h/2 · grid_w/2 merged tokens in row-major order.
   [[nodiscard]] std::vector<float> encode(std::span<const pixel_patches> images) const;
-  /// The tower's output before the merge for one image ([patches, hidden]) — tests.
-  [[nodiscard]] std::vector<float> tower_only(const pixel_patches& img) const;
 
   [[nodiscard]] const vision_config& config() const noexcept { return c_; }
   [[nodiscard]] const tower_weights& weights() const noexcept { return w_; }
