@@ -31,7 +31,7 @@ mean_sd summarize(const std::vector<double>& v) {
 
 int run_model_benchmark(const model_bench_options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  auto m = model::model::load(o.model_dir, {.progress = -1});
+  auto m = model::model::load(o.model_dir, {.progress = -1, .bf16_activations = o.bf16_activations});
   const auto& c = m->config();
   std::printf("model: %s\n", c.describe().c_str());
 
@@ -109,6 +109,30 @@ int run_model_benchmark(const model_bench_options& o) {
   const std::int64_t weights = model::active_weight_bytes(m->weights(), c);
   const std::int64_t state = 2 * model::sequence_state::fixed_bytes(c) + tg_ctx * model::sequence_state::bytes_per_token(c);
   const double floor_s = static_cast<double>(weights + state) / bw;
+  // Fork/join barriers of one decode step (the fixed cost of a small model's step).
+  const std::uint64_t r0 = parallel_regions.load();
+  decode();
+  const std::uint64_t regions_per_step = parallel_regions.load() - r0;
+  // Batched decode (the serving case): 16 sequences, one token each per step.
+  constexpr int batch = 16;
+  std::vector<model::sequence_state> seqs;
+  for (int b = 0; b < batch; ++b) {
+    seqs.push_back(m->new_sequence());
+    std::vector<std::int32_t> first(16);
+    for (std::size_t i = 0; i < first.size(); ++i) first[i] = token(i + 100 * static_cast<std::size_t>(b));
+    const model::batch_entry e{&seqs.back(), first, false};
+    (void)m->step({&e, 1});
+  }
+  std::vector<std::int32_t> btok(batch);
+  for (int b = 0; b < batch; ++b) btok[static_cast<std::size_t>(b)] = token(static_cast<std::size_t>(7 * b));
+  auto batched = [&] {
+    std::vector<model::batch_entry> es;
+    for (int b = 0; b < batch; ++b) es.push_back({&seqs[static_cast<std::size_t>(b)], {&btok[static_cast<std::size_t>(b)], 1}, false});
+    (void)m->step(es);
+    for (auto& x : btok) x = static_cast<std::int32_t>((x * 31 + 7) % (c.vocab - 256));
+  };
+  batched();
+  const double t_b = time_best(batched, o.seconds / 3);
   table t({{"measure", 34}, {"value", 14}});
   t.row({"active weight bytes/token (MB)", fmt(weights / 1e6, 1)});
   t.row({"state bytes/token (MB)", fmt(state / 1e6, 2)});
@@ -116,6 +140,9 @@ int run_model_benchmark(const model_bench_options& o) {
   t.row({"floor decode (tok/s)", fmt(1.0 / floor_s, 2)});
   t.row({"decode batch 1 (tok/s)", fmt(1.0 / t_dec, 2)});
   t.row({"decode / floor", fmt(floor_s / t_dec, 3)});
+  t.row({"decode step (us)", fmt(t_dec * 1e6, 0)});
+  t.row({"parallel regions / step", std::to_string(regions_per_step)});
+  t.row({"decode batch 16 (tok/s)", fmt(batch / t_b, 2)});
   return 0;
 }
 

@@ -26,6 +26,7 @@ struct model_bench_options {
   int repetitions = 5;     ///< -r
   int depth = 0;           ///< -d: tokens already in the context before tg
   double seconds = 3.0;    ///< floor measurement: seconds of alternating decode / streaming read
+  bool bf16_activations = false; ///< --bf16-activations: the opt-in vdpbf16ps numerics
 };
 
 int run_model_benchmark(const model_bench_options& o);

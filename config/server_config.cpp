@@ -27,6 +27,10 @@ void add_server_options(CLI::App& app, server_config& c) {
   app.add_option("--quantization", c.quantization, "mxfp4: quantize bf16 routed experts at load")->group(model_g);
   add_bool(app, "--exact-fp32", c.exact_fp32, "Reference numerics: fp32 math and KV rows (slow; for tests and debugging)")
       ->group(model_g);
+  add_bool(app, "--bf16-activations", c.bf16_activations,
+           "CPU: round activations to bf16 inside bf16/MXFP4 matmuls (AVX512-BF16 dot products; greedy output may then "
+           "depend on batching)")
+      ->group(model_g);
   add_bool(app, "--trust-remote-code", c.trust_remote_code, "Accepted for vLLM compatibility (k3serve runs no Python)")
       ->group(model_g);
   app.add_option("--cache-dir", c.cache_dir, "Where the demo checkpoint is written (default ~/.cache/k3serve)")->group(model_g);

@@ -70,6 +70,7 @@ void add_bench_command(CLI::App& root, int& rc) {
     cmd->add_option("-r,--repetitions", o->repetitions, "Repetitions of each test")->check(Range(1, 1000));
     cmd->add_option("-d,--depth", o->depth, "Tokens in the context before the tg test")->check(Range(0, 1 << 24));
     cmd->add_option("--seconds", o->seconds, "Seconds of the decode-vs-floor measurement")->check(Range(0.001, 3600.0));
+    cmd->add_flag("--bf16-activations", o->bf16_activations, "Opt-in numerics: activations rounded to bf16 inside bf16/MXFP4 matmuls (vdpbf16ps)");
     cmd->callback([o, &rc] { rc = bench::run_model_benchmark(*o); });
   }
   {

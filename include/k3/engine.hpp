@@ -65,6 +65,7 @@ struct engine_options {
   std::vector<std::string> remote_shards;      ///< "host:port" of `k3 shard` processes
   bool quantize_experts = false;               ///< bf16 experts → MXFP4 at load
   bool exact_fp32 = false;                     ///< reference numerics (tests)
+  bool bf16_activations = false;               ///< bf16 activations into bf16/MXFP4 matmuls (CPU; opt-in)
   bool null_executor = false;                  ///< zero-cost steps (runtime-overhead benchmark)
   /// "cpu" (default) or "cuda" / "cuda:N": run the model on CUDA device N (the CUDA executor
   /// under the stream actor, weights and KV pools in device memory). With cuda the KV budget

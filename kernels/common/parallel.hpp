@@ -7,11 +7,16 @@
 // granularity (rows, heads, expert tiles) big enough to amortise scheduling (~1 µs).
 // Nested calls run serially in the calling thread. fn must not throw.
 
+#include <atomic>
 #include <cstdint>
 
 #include <omp.h>
 
 namespace k3 {
+
+/// Parallel regions entered so far (all threads; relaxed). Benchmarks read it to report
+/// fork/join barriers per decode step — the fixed cost that dominates small models.
+inline std::atomic<std::uint64_t> parallel_regions{0};
 
 /// Number of threads parallel_for uses (OMP_NUM_THREADS or the core count).
 [[nodiscard]] inline int kernel_threads() noexcept { return omp_get_max_threads(); }
@@ -23,6 +28,7 @@ void parallel_for(std::int64_t n, Fn&& fn) {
     for (std::int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  parallel_regions.fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t i = 0; i < n; ++i) fn(i);
 }
@@ -34,6 +40,7 @@ void parallel_threads(Fn&& fn) {
     fn(0, 1);
     return;
   }
+  parallel_regions.fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel
   fn(omp_get_thread_num(), omp_get_num_threads());
 }

@@ -13,7 +13,9 @@
 namespace k3::dense {
 namespace {
 
-constexpr std::int64_t gemv_max_m = 64; // above this, widen panels and use sgemm
+// Above this m the panel+sgemm path wins (measured on the 6144 × 7168 bench matrix: sgemm at
+// m = 16 ran at half the GEMV's rate, at m = 64 level with it).
+constexpr std::int64_t gemv_max_m = 64;
 
 void check(const float* x, std::int64_t ldx, std::int64_t m, const void* w, std::int64_t n, std::int64_t k,
            const float* y, std::int64_t ldy, const char* who) {
@@ -50,28 +52,66 @@ void gemv_bf16_rows(const float* x, std::int64_t ldx, std::int64_t m, const bf16
 }
 
 void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
-               float* y, std::int64_t ldy) {
+               float* y, std::int64_t ldy, activations a) {
   check(x, ldx, m, w, n, k, y, ldy, "dense::gemm_bf16");
   if (m == 0 || n == 0) return;
-  if (m <= gemv_max_m || k == 0) {
-    const std::int64_t tile = std::max<std::int64_t>(16, (n + 8 * kernel_threads() - 1) / (8 * kernel_threads()));
-    const std::int64_t t4 = (tile + 3) / 4 * 4;
-    parallel_for((n + t4 - 1) / t4, [&](std::int64_t i) {
-      gemv_bf16_rows(x, ldx, m, w, k, i * t4, std::min(n, (i + 1) * t4), y, ldy);
+  const bool gemv = m <= gemv_max_m || k == 0;
+  const std::int64_t tile = std::max<std::int64_t>(16, (n + 8 * kernel_threads() - 1) / (8 * kernel_threads()));
+  const std::int64_t t4 = (tile + 3) / 4 * 4;
+  // Small GEMVs (≤ 128 Ki multiply-adds: a 256 KiB matrix at m = 1) run on the calling thread:
+  // a fork/join costs more than the other threads would save.
+  const std::int64_t gemv_items = m * n * k < (1 << 17) ? 1 : (n + t4 - 1) / t4;
+  const std::int64_t span = gemv_items == 1 ? n : t4;
+  // bf16 activations: round them once, on the calling thread (m·k values, small next to the
+  // n·k weights), into buffers the pool items read.
+  thread_local std::vector<bf16_t> xb;
+  thread_local std::vector<float> xr;
+  if (a == activations::bf16 && k > 0) {
+    const std::int64_t kp = (k + 31) / 32 * 32;
+    xb.resize(static_cast<std::size_t>(m * kp));
+    for (std::int64_t t = 0; t < m; ++t) {
+      f32_to_bf16(x + t * ldx, xb.data() + t * kp, k);
+      std::fill(xb.data() + t * kp + k, xb.data() + (t + 1) * kp, bf16_t{0});
+    }
+    if (gemv && bf16_dot_available()) {
+      const bf16_t* xbp = xb.data();
+      parallel_for(gemv_items, [&](std::int64_t i) {
+        detail::gemv_bf16_rows_avx512bf16(xbp, kp, m, w, k, i * span, std::min(n, (i + 1) * span), y, ldy);
+      });
+      return;
+    }
+    xr.resize(static_cast<std::size_t>(m * k));
+    for (std::int64_t t = 0; t < m; ++t) bf16_to_f32(xb.data() + t * kp, xr.data() + t * k, k);
+    x = xr.data();
+    ldx = k;
+  }
+  if (gemv) {
+    parallel_for(gemv_items, [&](std::int64_t i) {
+      gemv_bf16_rows(x, ldx, m, w, k, i * span, std::min(n, (i + 1) * span), y, ldy);
     });
     return;
   }
-  // Prefill: widen a panel of rows to fp32 (≤ ~1 MiB, L2-resident) and let sgemm do the
-  // rest; each pool item owns one panel, and OpenBLAS runs single-threaded inside the pool.
-  const std::int64_t panel = std::clamp<std::int64_t>((1 << 18) / std::max<std::int64_t>(k, 1), 16, 256);
+  // Prefill: widen a block of W (rows × kc) to fp32 and let sgemm multiply it, accumulating
+  // over the kc blocks; each pool item owns one row panel, and OpenBLAS runs single-threaded
+  // inside the pool. Blocking k matters: sgemm packs its A operand (x, m × K) on every call, so
+  // narrow full-K panels (the earlier 36 rows × 7168) spent more time packing x than multiplying.
+  // 256 × 512 blocks measured best on a 2-core Xeon at m = 512 (221 GFLOP/s against 129 for
+  // full-K 36-row panels; 512 × 256, 128 × 1024 and 256 × 256 were 5–25 % slower). Panels are
+  // evened out so that every pool thread gets the same number of rows.
+  const std::int64_t threads = kernel_threads();
+  const std::int64_t items = threads * ((n + threads * 256 - 1) / (threads * 256));
+  const std::int64_t panel = ((n + items - 1) / items + 15) / 16 * 16, kc = std::min<std::int64_t>(k, 512);
   parallel_for((n + panel - 1) / panel, [&](std::int64_t i) {
     const std::int64_t r0 = i * panel, rows = std::min(panel, n - r0);
     thread_local std::vector<float> buf;
-    buf.resize(static_cast<std::size_t>(rows * k));
-    bf16_to_f32(w + r0 * k, buf.data(), rows * k);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(rows),
-                static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), buf.data(), static_cast<int>(k), 0.0f, y + r0,
-                static_cast<int>(ldy));
+    buf.resize(static_cast<std::size_t>(rows * kc));
+    for (std::int64_t k0 = 0; k0 < k; k0 += kc) {
+      const std::int64_t kl = std::min(kc, k - k0);
+      for (std::int64_t r = 0; r < rows; ++r) bf16_to_f32(w + (r0 + r) * k + k0, buf.data() + r * kl, kl);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(rows),
+                  static_cast<int>(kl), 1.0f, x + k0, static_cast<int>(ldx), buf.data(), static_cast<int>(kl),
+                  k0 == 0 ? 0.0f : 1.0f, y + r0, static_cast<int>(ldy));
+    }
   });
 }
 

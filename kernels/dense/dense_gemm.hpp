@@ -2,10 +2,15 @@
 // Dense GEMM with bf16 or fp32 weights and fp32 activations:  y[m, n] = Σ_k x[m, k] · W[n, k]
 // (W row-major [n, k] as stored in safetensors, i.e. y = x · Wᵀ).
 //
-// bf16 weights: for m ≤ 8 (decode) a hand-written GEMV widens bf16 to fp32 in registers and
-// streams W once (AVX-512 / AVX2 / scalar by active_isa()); for larger m (prefill) W is
-// widened panel by panel into an L2-sized fp32 buffer and multiplied with OpenBLAS sgemm.
-// fp32 weights go to OpenBLAS directly. All arithmetic is fp32.
+// bf16 weights: for m ≤ 64 (decode, batched decode) a hand-written GEMV streams W once; for
+// larger m (prefill) W is widened panel by panel into an L2-sized fp32 buffer and multiplied
+// with OpenBLAS sgemm. fp32 weights go to OpenBLAS directly.
+//
+// Activations (k3::activations): fp32 — every path multiplies the fp32 activations (the exact
+// contract). bf16 — the activations are rounded to bf16 once per call; on CPUs with
+// AVX512-BF16 the GEMV then runs vdpbf16ps on bf16 × bf16 (no widening, half the activation
+// bytes), elsewhere and for prefill the same rounded values are multiplied in fp32. Sums are
+// fp32 on every path.
 //
 // Threading: parallel over output rows on the kernel pool; reentrant.
 // REQUIRES: ldx ≥ k, ldy ≥ n, non-aliasing buffers; violations throw std::invalid_argument.
@@ -17,7 +22,7 @@
 namespace k3::dense {
 
 void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
-               float* y, std::int64_t ldy);
+               float* y, std::int64_t ldy, activations a = activations::fp32);
 
 void gemm_f32(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t n, std::int64_t k,
               float* y, std::int64_t ldy);
@@ -33,6 +38,10 @@ void gemv_bf16_rows_avx2(const float*, std::int64_t, std::int64_t, const bf16_t*
                          std::int64_t, float*, std::int64_t);
 void gemv_bf16_rows_avx512(const float*, std::int64_t, std::int64_t, const bf16_t*, std::int64_t, std::int64_t,
                            std::int64_t, float*, std::int64_t);
+/// bf16 activations xb [m, ldxb] (rows zero-padded to a multiple of 32, ldxb ≥ that); REQUIRES
+/// AVX512-BF16 (bf16_dot_available()).
+void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t m, const bf16_t* w,
+                               std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 } // namespace detail
 
 } // namespace k3::dense

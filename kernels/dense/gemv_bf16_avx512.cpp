@@ -1,4 +1,4 @@
-// AVX-512 bf16 GEMV: 4 rows x up to 8 tokens per pass; bf16 -> fp32 is a zero-extend and a
+// AVX-512 bf16 GEMV (fp32 activations): 4 rows x up to 4 tokens per micro-kernel; bf16 -> fp32 is a zero-extend and a
 // 16-bit shift, so each weight costs one widening op shared by all tokens of the pass.
 #include <algorithm>
 
@@ -52,28 +52,30 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
     for (int t = 0; t < TG; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-template <int TG>
-void rows(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, std::int64_t n0, std::int64_t n1, float* y,
-          std::int64_t ldy) {
-  std::int64_t r = n0;
-  for (; r + 4 <= n1; r += 4) micro<4, TG>(x, ldx, w + r * k, k, y + r, ldy);
-  for (; r < n1; ++r) micro<1, TG>(x, ldx, w + r * k, k, y + r, ldy);
-}
-
-} // namespace
-
-void gemv_bf16_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
-                           std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) {
+template <int R>
+void tokens(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k, float* y,
+            std::int64_t ldy) {
   for (std::int64_t t0 = 0; t0 < m; t0 += 4) {
     const float* xt = x + t0 * ldx;
     float* yt = y + t0 * ldy;
     switch (std::min<std::int64_t>(4, m - t0)) {
-      case 1: rows<1>(xt, ldx, w, k, n0, n1, yt, ldy); break;
-      case 2: rows<2>(xt, ldx, w, k, n0, n1, yt, ldy); break;
-      case 3: rows<3>(xt, ldx, w, k, n0, n1, yt, ldy); break;
-      default: rows<4>(xt, ldx, w, k, n0, n1, yt, ldy); break;
+      case 1: micro<R, 1>(xt, ldx, w, k, yt, ldy); break;
+      case 2: micro<R, 2>(xt, ldx, w, k, yt, ldy); break;
+      case 3: micro<R, 3>(xt, ldx, w, k, yt, ldy); break;
+      default: micro<R, 4>(xt, ldx, w, k, yt, ldy); break;
     }
   }
+}
+
+} // namespace
+
+// Rows outer, token groups inner: a 4-row block is read from DRAM once and re-read from L1/L2
+// by the other token groups (token-outer order streamed the whole matrix once per 4 tokens).
+void gemv_bf16_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
+                           std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) {
+  std::int64_t r = n0;
+  for (; r + 4 <= n1; r += 4) tokens<4>(x, ldx, m, w + r * k, k, y + r, ldy);
+  for (; r < n1; ++r) tokens<1>(x, ldx, m, w + r * k, k, y + r, ldy);
 }
 
 } // namespace k3::dense::detail

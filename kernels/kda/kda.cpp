@@ -53,7 +53,9 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
   if (K < 1 || K > 16) throw std::invalid_argument("kda::short_conv: kernel size " + std::to_string(K) + " not in [1, 16]");
   // Per channel a sliding window over [state | x]; work channel-major so the window stays in
   // registers and y may alias x (each x[t, c] is read before y[t, c] is written).
-  parallel_for((C + 255) / 256, [&](std::int64_t blk) {
+  // A decode step's channels (T = 1) convolve faster on this thread than a fork/join costs.
+  const std::int64_t blocks = (C + 255) / 256;
+  auto conv_block = [&](std::int64_t blk) {
     float hist[16];
     for (std::int64_t c = blk * 256; c < std::min(C, (blk + 1) * 256); ++c) {
       const float* wc = w + c * K;
@@ -68,7 +70,12 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
       }
       for (int j = 0; j < K - 1; ++j) st[j] = hist[j];
     }
-  });
+  };
+  if (T * C < (1 << 15)) {
+    for (std::int64_t b = 0; b < blocks; ++b) conv_block(b);
+  } else {
+    parallel_for(blocks, conv_block);
+  }
 }
 
 void decay_gate(const float* graw, std::int64_t T, int H, int dk, const float* A_log, const float* dt_bias,

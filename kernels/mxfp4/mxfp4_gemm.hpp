@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/common/bf16.hpp"
 #include "kernels/mxfp4/mxfp4_format.hpp"
 
 namespace k3::mxfp4 {
@@ -34,12 +35,11 @@ struct matrix_view {
   [[nodiscard]] std::int64_t bytes() const noexcept { return rows * (cols / 2) + rows * (cols / block_size); }
 };
 
-/// Activation precision inside the dot products. fp32: the exact contract above. bf16: each
-/// activation is rounded to bf16 (nearest even) once, products summed in fp32 — the production
-/// numerics on CPUs with AVX512-BF16 (vdpbf16ps, twice the multiply-adds per instruction);
-/// elsewhere, or when cols % 64 != 0, it falls back to fp32. The rounding does not depend on m
-/// or on the other tokens: a token's result is the same alone or batched.
-enum class activations { fp32, bf16 };
+/// Activation precision (see k3::activations): with bf16, activations are rounded once per call
+/// and the AVX512-BF16 kernel (vdpbf16ps) runs where the CPU has it and cols % 64 == 0; other
+/// paths compute the same rounded products in fp32. A token's result does not depend on m or
+/// on the other tokens' values beyond summation order.
+using activations = k3::activations;
 
 /// y = x · Wᵀ for m tokens, parallel over row tiles.
 void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy,

@@ -2,10 +2,9 @@
 // straight to bf16, products summed in fp32 by vdpbf16ps (32 multiply-adds per instruction,
 // twice an fp32 FMA's).
 //
-// Status: available through mxfp4::activations::bf16 and measured by `k3 bench kernels`
-// (grouped M = 16: ~1.4× the fp32 kernel; M = 1: ~0.8×), not yet the model's numerics — one
-// precision must serve every batch size so that a token's result never depends on its batch,
-// and at M = 1 the fp32 kernel is faster here.
+// The model's production numerics (activations::bf16) on CPUs with AVX512-BF16, for every
+// token count (grouped M = 16: ~1.2–1.4× the fp32 kernel, M = 1: ~0.9×), so that a token's
+// result never depends on its batch; see mxfp4_gemm.cpp.
 //
 // Decode: two 16-byte blocks (64 weights) are zero-extended to 32 words; the low nibble of word
 // i is column 2i of the span and the high nibble column 2i+1. vpermw over a 32-entry table —

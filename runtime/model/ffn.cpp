@@ -51,10 +51,10 @@ void run_experts(const model_config& c, const moe_weights& w, std::span<const st
     }
   }
   if (!s1.empty()) {
-    mxfp4::grouped_gemm(xs, X, s1, e1, I);
-    mxfp4::grouped_gemm(xs, X, s3, e3, I);
+    mxfp4::grouped_gemm(xs, X, s1, e1, I, w.expert_act);
+    mxfp4::grouped_gemm(xs, X, s3, e3, I, w.expert_act);
     for (const auto& s : s1) glu(c, e1 + s.begin * I, e3 + s.begin * I, (s.end - s.begin) * I, e1 + s.begin * I);
-    mxfp4::grouped_gemm(e1, I, s2, ys, X);
+    mxfp4::grouped_gemm(e1, I, s2, ys, X, w.expert_act);
   }
 }
 
@@ -93,7 +93,10 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   }
   const std::int64_t R = n * k;
   float* xs = ws.get(workspace::xs, R * X);
-  parallel_for(R, [&](std::int64_t r) { std::memcpy(xs + r * X, src + plan.token[r] * X, sizeof(float) * X); });
+  // Gather: a decode step's few rows copy faster than a fork/join costs.
+  auto gather = [&](std::int64_t r) { std::memcpy(xs + r * X, src + plan.token[r] * X, sizeof(float) * X); };
+  if (R * X < (1 << 16)) for (std::int64_t r = 0; r < R; ++r) gather(r);
+  else parallel_for(R, gather);
 
   float* ys = ws.get(workspace::ys, R * X);
   std::vector<std::int32_t> used;

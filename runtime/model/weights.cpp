@@ -24,7 +24,7 @@ void dense_weight::row(std::int64_t r, float* out) const {
 
 void dense_weight::matmul(const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy) const {
   if (m <= 0) return;
-  if (bf16) dense::gemm_bf16(x, ldx, m, bf16, rows, cols, y, ldy);
+  if (bf16) dense::gemm_bf16(x, ldx, m, bf16, rows, cols, y, ldy, act);
   else dense::gemm_f32(x, ldx, m, f32, rows, cols, y, ldy);
 }
 
@@ -99,6 +99,8 @@ class binder {
 public:
   binder(checkpoint& ck, const load_options& opt, progress_bar& bar) : ck_(ck), opt_(opt), bar_(bar) {}
 
+  [[nodiscard]] bool bf16_activations() const noexcept { return opt_.bf16_activations && !opt_.exact_fp32; }
+
   [[noreturn]] void bad(const tensor_info& t, const std::string& what) const {
     throw checkpoint_error(*t.file + ": tensor " + t.name + " " + what);
   }
@@ -136,6 +138,7 @@ public:
     w.rows = rows;
     w.cols = cols;
     if (t.type == dtype::bf16) {
+      if (opt_.bf16_activations && !opt_.exact_fp32) w.act = activations::bf16;
       if (reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0) {
         w.bf16 = reinterpret_cast<const bf16_t*>(t.data);
       } else { // unaligned data offset: copy once
@@ -290,6 +293,8 @@ void bind_mlp(binder& b, const std::string& p, std::int64_t inter, std::int64_t 
 void bind_moe(binder& b, const model_config& c, const std::string& p, moe_weights& w) {
   const std::int64_t Hd = c.hidden, E = c.num_experts, X = c.expert_width(), I = c.moe_inter;
   w.gate = b.matrix(p + "gate.weight", E, Hd);
+  w.gate.act = activations::fp32; // routing decisions stay fp32 (spec: router in fp32)
+  w.expert_act = b.bf16_activations() ? activations::bf16 : activations::fp32;
   w.bias.assign(static_cast<std::size_t>(E), 0.0f); // Kimi Linear exports may omit the bias
   if (const auto* t = b.take_optional(p + "gate.e_score_correction_bias")) {
     b.expect_float(*t);

@@ -38,6 +38,9 @@ struct dense_weight {
   const float* f32 = nullptr;
   std::vector<float> own_f32;
   std::vector<bf16_t> own_bf16;
+  /// Activation precision of matmul (bf16 weights only): bf16 with load_options::
+  /// bf16_activations (never for the router), else fp32.
+  activations act = activations::fp32;
 
   // Move-only: bf16/f32 may point into own_* (a copy would dangle).
   dense_weight() = default;
@@ -94,6 +97,7 @@ struct moe_weights {
   mlp_weights shared;
   dense_weight latent_down, latent_up;
   std::vector<float> latent_norm;
+  activations expert_act = activations::fp32; ///< routed experts' activation precision
 };
 
 struct layer_weights {
@@ -125,6 +129,13 @@ struct load_options {
   /// bf16 before the combine. Production keeps both bf16 (spec §6); the invariance tests use
   /// this mode because a 1e-7 difference can flip one bf16 rounding and show up as ~1e-3.
   bool exact_fp32 = false;
+  /// Opt-in: round the activations entering bf16 and MXFP4 matmuls to bf16 (vdpbf16ps on
+  /// AVX512-BF16; sums stay fp32; the router keeps fp32). Off by default because the prefill
+  /// GEMM (OpenBLAS above 64 tokens) and the GEMV sum in different orders, and with a bf16
+  /// rounding after every such difference greedy outputs then depend on batching and chunking
+  /// (seen: 1 of 32 concurrent requests diverged from its solo run at token 10). Ignored with
+  /// exact_fp32.
+  bool bf16_activations = false;
 };
 
 /// Binds every tensor; throws checkpoint_error naming the file and tensor on any mismatch.

@@ -1,5 +1,5 @@
-// Dense bf16/fp32 GEMM vs fp64 reference, every path, odd shapes, both the GEMV (m ≤ 8) and
-// the widened-panel sgemm (m > 8) routes.
+// Dense bf16/fp32 GEMM vs fp64 reference, every path, odd shapes, both the GEMV (m ≤ 64) and
+// the widened-panel sgemm (m > 64, k blocked by 512) routes, with fp32 and bf16 activations.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -15,6 +15,20 @@ using namespace k3;
 
 namespace {
 
+/// |y - Σ x·w| ≤ 1e-5 · Σ|x·w| for every output (x as given: the caller rounds it for bf16).
+void check_ref(const std::vector<float>& x, std::int64_t ldx, std::int64_t m, const std::vector<float>& w,
+               std::int64_t n, std::int64_t k, const std::vector<float>& y, std::int64_t ldy) {
+  for (std::int64_t t = 0; t < m; ++t)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (std::int64_t i = 0; i < k; ++i) {
+        ref += static_cast<double>(x[t * ldx + i]) * w[j * k + i];
+        mag += std::fabs(static_cast<double>(x[t * ldx + i]) * w[j * k + i]);
+      }
+      INFO("token " << t << " row " << j << " got " << y[t * ldy + j] << " ref " << ref);
+      REQUIRE(std::fabs(y[t * ldy + j] - ref) <= 1e-5 * mag + 1e-30);
+    }
+}
 
 } // namespace
 
@@ -35,7 +49,7 @@ TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[d
     scoped_isa pin(path);
     for (std::int64_t n : {1, 7, 33, 130})
       for (std::int64_t k : {1, 15, 16, 127, 300})
-        for (std::int64_t m : {1, 3, 8, 9, 33}) {
+        for (std::int64_t m : {1, 3, 8, 9, 33, 64, 65}) {
           INFO("isa=" << to_string(path) << " m=" << m << " n=" << n << " k=" << k);
           const std::int64_t ldx = k + 2, ldy = n + 1;
           auto wf = r.normals(n * k);
@@ -59,6 +73,76 @@ TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[d
             }
         }
   }
+}
+
+TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rounded activations", "[dense]") {
+  // Production numerics: x rounded to bf16 once, fp32 sums. Shapes cover the vdpbf16ps GEMV
+  // (k tails under 32, row tails under 4, token groups of 1–4), the rounded-fp32 GEMV on the
+  // other paths, and the sgemm route with several k blocks and uneven panels.
+  test::rng r(20261203);
+  if (!bf16_dot_available()) WARN("no AVX512-BF16 on this CPU: the vdpbf16ps GEMV is not exercised");
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    for (std::int64_t n : {1, 6, 37, 300})
+      for (std::int64_t k : {1, 31, 32, 33, 200, 1100})
+        for (std::int64_t m : {1, 2, 5, 16, 64, 70}) {
+          if (n * k * m > 4'000'000) continue; // keep the fp64 reference quick
+          INFO("isa=" << to_string(path) << " m=" << m << " n=" << n << " k=" << k);
+          const std::int64_t ldx = k + 3, ldy = n + 2;
+          auto wf = r.normals(n * k);
+          std::vector<bf16_t> wb(wf.size());
+          f32_to_bf16(wf.data(), wb.data(), static_cast<std::int64_t>(wf.size()));
+          std::vector<float> wr(wf.size());
+          bf16_to_f32(wb.data(), wr.data(), static_cast<std::int64_t>(wb.size()));
+          auto x = r.normals(m * ldx);
+          std::vector<float> y(m * ldy, NAN);
+          dense::gemm_bf16(x.data(), ldx, m, wb.data(), n, k, y.data(), ldy, activations::bf16);
+          auto xr = x;
+          for (auto& v : xr) v = round_bf16(v);
+          check_ref(xr, ldx, m, wr, n, k, y, ldy);
+          // Up to the GEMV limit a token's result is bit-identical alone or batched.
+          if (m <= 64)
+            for (std::int64_t t = 0; t < m; t += 3) {
+              std::vector<float> one(n, NAN);
+              dense::gemm_bf16(x.data() + t * ldx, ldx, 1, wb.data(), n, k, one.data(), n, activations::bf16);
+              for (std::int64_t j = 0; j < n; ++j) REQUIRE(one[j] == y[t * ldy + j]);
+            }
+        }
+  }
+}
+
+TEST_CASE("dense: the vdpbf16ps GEMV kernel matches fp64 on any row range and token count", "[dense]") {
+  if (!bf16_dot_available()) {
+    WARN("no AVX512-BF16 on this CPU: kernel not exercised");
+    return;
+  }
+  test::rng r(77);
+  for (std::int64_t k : {5, 64, 97})
+    for (std::int64_t m : {1, 3, 4, 9}) {
+      const std::int64_t n = 11, kp = (k + 31) / 32 * 32, ldy = n + 1;
+      auto wf = r.normals(n * k);
+      std::vector<bf16_t> wb(wf.size());
+      f32_to_bf16(wf.data(), wb.data(), static_cast<std::int64_t>(wf.size()));
+      std::vector<float> wr(wf.size());
+      bf16_to_f32(wb.data(), wr.data(), static_cast<std::int64_t>(wb.size()));
+      auto x = r.normals(m * kp);
+      std::vector<bf16_t> xb(x.size(), 0);
+      for (std::int64_t t = 0; t < m; ++t) f32_to_bf16(x.data() + t * kp, xb.data() + t * kp, k); // pad stays 0
+      std::vector<float> xr(x.size(), 0.0f);
+      bf16_to_f32(xb.data(), xr.data(), static_cast<std::int64_t>(xb.size()));
+      std::vector<float> y(m * ldy, NAN);
+      dense::detail::gemv_bf16_rows_avx512bf16(xb.data(), kp, m, wb.data(), k, 2, 9, y.data(), ldy);
+      INFO("k=" << k << " m=" << m);
+      for (std::int64_t t = 0; t < m; ++t) {
+        CHECK(std::isnan(y[t * ldy + 1])); // rows outside [2, 9) untouched
+        CHECK(std::isnan(y[t * ldy + 9]));
+      }
+      // Rows 2..8 as a 7-row problem for the reference.
+      std::vector<float> w7(wr.begin() + 2 * k, wr.begin() + 9 * k), y7(m * 7);
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t j = 0; j < 7; ++j) y7[t * 7 + j] = y[t * ldy + 2 + j];
+      check_ref(xr, kp, m, w7, 7, k, y7, 7);
+    }
 }
 
 TEST_CASE("dense gemm rejects bad strides with a message", "[dense]") {

@@ -32,14 +32,18 @@ double row_rel(std::span<const float> got, const Vec& want) {
 }
 
 
+/// x as a bf16 store keeps it (through fp32, as the model holds it).
+double bf(double x) { return round_bf16(static_cast<float>(x)); }
+
 struct mat {
   std::int64_t rows = 0, cols = 0;
   std::vector<double> v;
+  bool round_in = false; ///< production numerics: the input is rounded to bf16 first
   [[nodiscard]] vec apply(const vec& x) const {
     vec y(static_cast<std::size_t>(rows), 0.0);
     for (std::int64_t r = 0; r < rows; ++r) {
       double s = 0;
-      for (std::int64_t c = 0; c < cols; ++c) s += v[r * cols + c] * x[c];
+      for (std::int64_t c = 0; c < cols; ++c) s += v[r * cols + c] * (round_in ? bf(x[c]) : x[c]);
       y[r] = s;
     }
     return y;
@@ -47,7 +51,8 @@ struct mat {
 };
 
 mat of(const model::dense_weight& w) {
-  mat m{w.rows, w.cols, std::vector<double>(static_cast<std::size_t>(w.rows * w.cols))};
+  mat m{w.rows, w.cols, std::vector<double>(static_cast<std::size_t>(w.rows * w.cols)),
+        w.bf16 != nullptr && w.act == activations::bf16};
   std::vector<float> row(static_cast<std::size_t>(w.cols));
   for (std::int64_t r = 0; r < w.rows; ++r) {
     w.row(r, row.data());
@@ -56,11 +61,11 @@ mat of(const model::dense_weight& w) {
   return m;
 }
 
-mat of(const model::expert_matrix& e) {
+mat of(const model::expert_matrix& e, activations act) {
   if (!e.mxfp4) return of(e.d);
   std::vector<float> f(static_cast<std::size_t>(e.q.rows * e.q.cols));
   mxfp4::dequantize(e.q.packed, e.q.scales, e.q.rows, e.q.cols, f.data());
-  return {e.q.rows, e.q.cols, vec(f.begin(), f.end())};
+  return {e.q.rows, e.q.cols, vec(f.begin(), f.end()), act == activations::bf16};
 }
 
 vec dv(const std::vector<float>& f) { return vec(f.begin(), f.end()); }
@@ -121,8 +126,10 @@ struct reference {
   const model::model_weights& w;
   std::vector<kda_ref_state> kda;
   std::vector<std::vector<vec>> mla_c; // per MLA layer: history of [latent | k_rot]
+  bool production;                     // mirror production numerics: bf16 cache and expert outputs
 
-  reference(const model::model_config& cfg, const model::model_weights& wt) : c(cfg), w(wt) {
+  reference(const model::model_config& cfg, const model::model_weights& wt, bool prod = false)
+      : c(cfg), w(wt), production(prod) {
     for (int i = 0; i < c.num_layers; ++i) {
       if (c.layer_is_kda[i]) {
         kda_ref_state s;
@@ -196,6 +203,8 @@ struct reference {
     const vec ca = of(L.kv_a).apply(x);
     vec row = rms(ca, dv(L.kv_a_norm), 1e-6, 0, static_cast<std::size_t>(Lr));
     row.insert(row.end(), ca.begin() + Lr, ca.end());
+    if (production)
+      for (auto& v : row) v = bf(v); // the bf16 latent cache
     hist.push_back(row);
     const mat kvb{H * (N + V), Lr, dv(L.kv_b)};
     vec att(static_cast<std::size_t>(H * V));
@@ -255,7 +264,10 @@ struct reference {
     vec y(src.size(), 0.0);
     for (int e : idx) {
       const auto& ex = L.experts[static_cast<std::size_t>(e)];
-      const vec out = of(ex.w2).apply(glu(c, of(ex.w1).apply(src), of(ex.w3).apply(src)));
+      const auto a = L.expert_act;
+      vec out = of(ex.w2, a).apply(glu(c, of(ex.w1, a).apply(src), of(ex.w3, a).apply(src)));
+      if (production)
+        for (auto& o : out) o = bf(o); // expert outputs rounded before the combine (spec §6)
       const double wgt = (c.renormalize ? s[e] / (sum + 1e-20) : s[e]) * c.routed_scaling;
       for (std::size_t i = 0; i < y.size(); ++i) y[i] += wgt * out[i];
     }
@@ -323,32 +335,46 @@ struct reference {
 } // namespace
 
 TEST_CASE("forward: matches an fp64 token-by-token reference of the spec", "[model]") {
-  for (auto fam : {model::family::kimi_k3, model::family::kimi_linear}) {
-    INFO("family " << static_cast<int>(fam));
-    test::temp_dir d("ref");
-    auto o = test::tiny_options(fam);
-    o.layers = 6; // K3: AttnRes banks at layers 0, 2, 4; MLA at 3 and 5
-    model::make_model(o, d.str());
-    auto m = model::model::load(d.str(), {.progress = 0, .exact_fp32 = true});
-    test::rng r(5);
-    std::vector<std::int32_t> toks(23);
-    for (auto& t : toks) t = r.below(o.vocab);
-    auto seq = m->new_sequence();
-    const model::batch_entry e{&seq, toks, true};
-    const auto out = m->step({&e, 1});
-    reference ref(m->config(), m->weights());
-    double worst = 0;
-    vec first;
-    for (std::size_t t = 0; t < toks.size(); ++t) {
-      const vec want = ref.step(toks[t]);
-      if (t == 0) first = want;
-      worst = test::nan_max(worst, row_rel(std::span<const float>(out.logits).subspan(t * want.size(), want.size()), want));
+  // exact_fp32: fp32 everywhere, ≤ 1e-4. Production numerics (bf16 MLA cache, bf16 expert
+  // outputs) against the fp64 reference making the same roundings: ≤ 5e-3 (measured 2.3e-3 K3,
+  // 6.8e-4 Kimi Linear). With bf16_activations (also bf16 activations into the bf16 and MXFP4
+  // matmuls): ≤ 1e-2 (7.3e-3 on both). What remains is a value that fp32 and fp64 round to
+  // neighbouring bf16s, amplified by six random layers. The production checkpoints' router picks every expert:
+  // top-k is discrete, and a perturbation that swaps the k-th and (k+1)-th expert of one token
+  // moves that row by tens of percent (0.42 seen on the default tiny K3), which says nothing
+  // about the arithmetic.
+  enum class mode { exact, production, bf16_act };
+  for (const mode md : {mode::exact, mode::production, mode::bf16_act})
+    for (auto fam : {model::family::kimi_k3, model::family::kimi_linear}) {
+      const bool exact = md == mode::exact;
+      INFO("family " << static_cast<int>(fam) << " mode " << static_cast<int>(md));
+      const double bound = exact ? 1e-4 : md == mode::production ? 5e-3 : 1e-2;
+      test::temp_dir d("ref");
+      auto o = test::tiny_options(fam);
+      o.layers = 6; // K3: AttnRes banks at layers 0, 2, 4; MLA at 3 and 5
+      if (!exact) o.top_k = o.experts;
+      model::make_model(o, d.str());
+      auto m = model::model::load(d.str(), {.progress = 0, .exact_fp32 = exact, .bf16_activations = md == mode::bf16_act});
+      test::rng r(5);
+      std::vector<std::int32_t> toks(23);
+      for (auto& t : toks) t = r.below(o.vocab);
+      auto seq = m->new_sequence();
+      const model::batch_entry e{&seq, toks, true};
+      const auto out = m->step({&e, 1});
+      reference ref(m->config(), m->weights(), !exact);
+      double worst = 0;
+      vec first;
+      for (std::size_t t = 0; t < toks.size(); ++t) {
+        const vec want = ref.step(toks[t]);
+        if (t == 0) first = want;
+        worst = test::nan_max(worst, row_rel(std::span<const float>(out.logits).subspan(t * want.size(), want.size()), want));
+      }
+      // The bound can fail: a NaN-poisoned row is not within it.
+      std::vector<float> poisoned(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(first.size()));
+      poisoned[poisoned.size() / 2] = std::nanf("");
+      CHECK_FALSE(test::nan_max(0.0, row_rel(poisoned, first)) <= bound);
+      INFO("worst row rel-L2 " << worst);
+      CHECK(worst <= bound);
+      if (!exact) CHECK(worst > 0); // production numerics do round: a zero would mean the mode was not applied
     }
-    // The bound can fail: a NaN-poisoned row is not within it.
-    std::vector<float> poisoned(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(first.size()));
-    poisoned[poisoned.size() / 2] = std::nanf("");
-    CHECK_FALSE(test::nan_max(0.0, row_rel(poisoned, first)) <= 1e-4);
-    INFO("worst row rel-L2 " << worst);
-    CHECK(worst <= 1e-4);
-  }
 }
