@@ -1,6 +1,6 @@
 #pragma once
-// Vectorisable fp32 exponential for kernels whose inner loops need exp per element (KDA
-// pairwise decays). Cody–Waite range reduction and a degree-6 polynomial: relative error
+// Vectorisable fp32 exponential (and tanh, sigmoid on it) for kernels whose inner loops need
+// them per element (KDA pairwise decays, the GLU activations). Cody–Waite range reduction and a degree-6 polynomial: relative error
 // ≤ 2e-7 over [-87, 88]; inputs below -87.3 return 2^-126·p (not denormals), above 88.7 are
 // clamped. Written with plain float/int arithmetic so GCC maps it onto SIMD lanes.
 
@@ -25,5 +25,22 @@ namespace k3 {
   std::memcpy(&s, &e, sizeof s);
   return p * s;
 }
+
+/// tanh with relative error ≤ ~5e-7: an odd Taylor polynomial below |y| = 0.25 (where
+/// 1 − 2/(e^{2y}+1) would cancel), else that identity on fast_exp; saturates to ±1. Branch-free
+/// (selects), so loops over it vectorise — libm's tanhf is a call per element.
+[[nodiscard]] inline float fast_tanh(float y) noexcept {
+  const float y2 = y * y;
+  float p = 62.0f / 2835.0f;
+  p = p * y2 - 17.0f / 315.0f;
+  p = p * y2 + 2.0f / 15.0f;
+  p = p * y2 - 1.0f / 3.0f;
+  const float small = y + y * y2 * p;
+  const float big = 1.0f - 2.0f / (fast_exp(2.0f * y) + 1.0f);
+  return (y < 0.25f && y > -0.25f) ? small : big;
+}
+
+/// 1 / (1 + e^{−x}) on fast_exp (relative error ≤ ~3e-7).
+[[nodiscard]] inline float fast_sigmoid(float x) noexcept { return 1.0f / (1.0f + fast_exp(-x)); }
 
 } // namespace k3

@@ -33,6 +33,22 @@ void parallel_for(std::int64_t n, Fn&& fn) {
   for (std::int64_t i = 0; i < n; ++i) fn(i);
 }
 
+/// Below this many multiply-adds (or comparable inner-loop steps) a call runs on the calling
+/// thread: a fork/join costs a few µs — more than two threads save on ~64 Ki operations — and a
+/// small model's decode step is made of such calls.
+inline constexpr std::int64_t min_parallel_work = std::int64_t{1} << 16;
+
+/// parallel_for when `work` (the whole call's operation count) is worth a fork/join, else a
+/// plain loop on this thread. Same contract as parallel_for.
+template <class Fn>
+void parallel_for_work(std::int64_t n, std::int64_t work, Fn&& fn) {
+  if (work < min_parallel_work) {
+    for (std::int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  parallel_for(n, static_cast<Fn&&>(fn));
+}
+
 /// Runs fn(thread_index, num_threads) once on every pool thread (for static partitions).
 template <class Fn>
 void parallel_threads(Fn&& fn) {

@@ -58,9 +58,8 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   const bool gemv = m <= gemv_max_m || k == 0;
   const std::int64_t tile = std::max<std::int64_t>(16, (n + 8 * kernel_threads() - 1) / (8 * kernel_threads()));
   const std::int64_t t4 = (tile + 3) / 4 * 4;
-  // Small GEMVs (≤ 128 Ki multiply-adds: a 256 KiB matrix at m = 1) run on the calling thread:
-  // a fork/join costs more than the other threads would save.
-  const std::int64_t gemv_items = m * n * k < (1 << 17) ? 1 : (n + t4 - 1) / t4;
+  // Small GEMVs run on the calling thread (see min_parallel_work).
+  const std::int64_t gemv_items = m * n * k < min_parallel_work ? 1 : (n + t4 - 1) / t4;
   const std::int64_t span = gemv_items == 1 ? n : t4;
   // bf16 activations: round them once, on the calling thread (m·k values, small next to the
   // n·k weights), into buffers the pool items read.

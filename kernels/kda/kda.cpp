@@ -53,7 +53,6 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
   if (K < 1 || K > 16) throw std::invalid_argument("kda::short_conv: kernel size " + std::to_string(K) + " not in [1, 16]");
   // Per channel a sliding window over [state | x]; work channel-major so the window stays in
   // registers and y may alias x (each x[t, c] is read before y[t, c] is written).
-  // A decode step's channels (T = 1) convolve faster on this thread than a fork/join costs.
   const std::int64_t blocks = (C + 255) / 256;
   auto conv_block = [&](std::int64_t blk) {
     float hist[16];
@@ -71,11 +70,7 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
       for (int j = 0; j < K - 1; ++j) st[j] = hist[j];
     }
   };
-  if (T * C < (1 << 15)) {
-    for (std::int64_t b = 0; b < blocks; ++b) conv_block(b);
-  } else {
-    parallel_for(blocks, conv_block);
-  }
+  parallel_for_work(blocks, T * C * K, conv_block);
 }
 
 void decay_gate(const float* graw, std::int64_t T, int H, int dk, const float* A_log, const float* dt_bias,
@@ -112,7 +107,7 @@ void prepare_qk(float* q, float* k, std::int64_t T, int H, int dk) {
 void recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, std::int64_t T,
                const dims& d, float* state, float* o) {
   const int H = d.heads, K = d.dk, V = d.dv;
-  parallel_for(H, [&](std::int64_t h) {
+  parallel_for_work(H, T * H * K * V, [&](std::int64_t h) {
     std::vector<float> u(static_cast<std::size_t>(V));
     float* S = state + h * K * V;
     for (std::int64_t t = 0; t < T; ++t)
@@ -124,7 +119,7 @@ void recurrent(const float* q, const float* k, const float* v, const float* g, c
 void recurrent_batch(const float* q, const float* k, const float* v, const float* g, const float* beta,
                      std::int64_t N, const dims& d, float* const* states, float* o) {
   const int H = d.heads, K = d.dk, V = d.dv;
-  parallel_for(N * H, [&](std::int64_t i) {
+  parallel_for_work(N * H, N * H * K * V, [&](std::int64_t i) {
     thread_local std::vector<float> u;
     u.resize(static_cast<std::size_t>(V));
     const std::int64_t n = i / H, h = i % H;

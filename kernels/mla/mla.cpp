@@ -175,7 +175,7 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
     while (H % HG != 0) --HG; // items must cover the heads exactly
   }
   const int hsplit = H / HG;
-  parallel_for(groups * hsplit, [&](std::int64_t item) {
+  parallel_for_work(groups * hsplit, T * H * (pos0 + T) * (L + R), [&](std::int64_t item) {
     const std::int64_t t0 = (item / hsplit) * G;
     const int h0 = static_cast<int>(item % hsplit) * HG;
     const int tg = static_cast<int>(std::min<std::int64_t>(G, T - t0));
@@ -289,7 +289,7 @@ void attention_rowwise(const float* q_nope, const float* q_rot, const float* kv_
                        std::int64_t pos0, std::int64_t T, const float* gate, float* out) {
   const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, V = d.v, W = d.row_width();
   const float scale = 1.0f / std::sqrt(static_cast<float>(N + R));
-  parallel_for(T * H, [&](std::int64_t item) {
+  parallel_for_work(T * H, T * H * (pos0 + T) * (L + R), [&](std::int64_t item) {
     const std::int64_t t = item / H;
     const int h = static_cast<int>(item % H);
     const float* wk = kv_b + static_cast<std::int64_t>(h) * (N + V) * L; // [N, L]

@@ -83,7 +83,7 @@ void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w
   }
   const std::int64_t tile = row_tile(w.rows, m);
   const std::int64_t tiles = (w.rows + tile - 1) / tile;
-  parallel_for(tiles, [&](std::int64_t t) {
+  parallel_for_work(tiles, m * w.rows * w.cols, [&](std::int64_t t) {
     fn(x, ldx, m, w, t * tile, std::min(w.rows, (t + 1) * tile), y, ldy);
   });
 }
@@ -122,7 +122,9 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     x = rounded(x, ldx, x_rows, cols, buf);
     ldx = cols;
   }
-  parallel_for(static_cast<std::int64_t>(items.size()), [&](std::int64_t k) {
+  std::int64_t work = 0;
+  for (const auto& s : segments) work += (s.end - s.begin) * s.w.rows * s.w.cols;
+  parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];
     fn(x + s.begin * ldx, ldx, s.end - s.begin, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);

@@ -95,8 +95,7 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   float* xs = ws.get(workspace::xs, R * X);
   // Gather: a decode step's few rows copy faster than a fork/join costs.
   auto gather = [&](std::int64_t r) { std::memcpy(xs + r * X, src + plan.token[r] * X, sizeof(float) * X); };
-  if (R * X < (1 << 16)) for (std::int64_t r = 0; r < R; ++r) gather(r);
-  else parallel_for(R, gather);
+  parallel_for_work(R, R * X, gather);
 
   float* ys = ws.get(workspace::ys, R * X);
   std::vector<std::int32_t> used;
@@ -112,7 +111,7 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   // Combine in slot order (fixed per token, so batch composition cannot change the sum):
   // each expert output rounded to bf16, weighted sum in fp32 (NeMo's order, spec §6).
   float* y = ws.get(workspace::comb, n * X);
-  parallel_for(n, [&](std::int64_t t) {
+  parallel_for_work(n, n * k * X, [&](std::int64_t t) {
     float* yt = y + t * X;
     std::fill_n(yt, X, 0.0f);
     for (std::int64_t j = 0; j < k; ++j) {

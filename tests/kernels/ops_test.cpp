@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/common/fast_math.hpp"
 #include "kernels/ops/activations.hpp"
 #include "kernels/ops/attnres.hpp"
 #include "kernels/ops/norms.hpp"
@@ -66,6 +67,28 @@ TEST_CASE("SiLU-GLU, SiTU-GLU (beta 4, linear beta 25, and untransformed up) mat
   }
   ops::situ_glu_fused(gu.data(), 1, n, {4.0f, 25.0f}, f.data());
   CHECK(f == t);
+}
+
+TEST_CASE("fast_tanh and fast_sigmoid match fp64 over the whole range, NaN stays NaN", "[ops]") {
+  double worst_t = 0, worst_s = 0;
+  auto check_at = [&](float y) {
+    const double t = std::tanh(static_cast<double>(y)), s = 1.0 / (1.0 + std::exp(-static_cast<double>(y)));
+    worst_t = test::nan_max(worst_t, std::fabs(fast_tanh(y) - t) / std::max(std::fabs(t), 1e-30));
+    worst_s = test::nan_max(worst_s, std::fabs(fast_sigmoid(y) - s) / std::max(s, 1e-30));
+  };
+  for (float y = -40.0f; y <= 40.0f; y += 0.001953125f) check_at(y); // includes ±0.25 exactly
+  for (float y = 1e-30f; y < 1.0f; y *= 1.5f) {
+    check_at(y);
+    check_at(-y);
+  }
+  INFO("tanh " << worst_t << ", sigmoid " << worst_s);
+  CHECK(worst_t <= 1e-6);
+  CHECK(worst_s <= 1e-6); // relative, also where sigmoid is tiny (down to e^-40)
+  CHECK(fast_tanh(0.0f) == 0.0f);
+  CHECK(fast_tanh(100.0f) == 1.0f);
+  CHECK(fast_tanh(-100.0f) == -1.0f);
+  CHECK(std::isnan(fast_tanh(NAN)));
+  CHECK(std::isnan(fast_sigmoid(NAN)));
 }
 
 TEST_CASE("softmax is stable for large logits and sums to one", "[ops]") {
