@@ -16,6 +16,9 @@ namespace k3::bench {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/// max that keeps NaN (std::max(a, NaN) returns a, which would let a NaN error pass validation).
+[[nodiscard]] inline double nan_max(double a, double b) noexcept { return (a != a || b != b) ? a + b : (a < b ? b : a); }
+
 /// Runs fn() until at least min_seconds have passed (and at least min_reps times); returns the
 /// best per-call time of `trials` such batches (best-of filters out neighbours on a shared box).
 double time_best(const std::function<void()>& fn, double min_seconds, int trials = 3, int min_reps = 1);

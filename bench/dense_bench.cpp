@@ -1,6 +1,8 @@
-// bf16 dense GEMV/GEMM (attention and shared-expert projections) vs a streaming read.
+// bf16 dense GEMV/GEMM (attention and shared-expert projections) vs a streaming read, and
+// oneDNN's bf16 matmul on the same matrices where the build found oneDNN.
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "bench/bench_util.hpp"
@@ -10,6 +12,9 @@
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
 #include "kernels/dense/dense_gemm.hpp"
+#if K3_HAVE_ONEDNN
+#include "bench/onednn_gemm.hpp"
+#endif
 
 namespace k3::bench {
 
@@ -40,7 +45,7 @@ int run_dense_bench(const kernel_bench_options& opts) {
           ref += p;
           mag += std::fabs(p);
         }
-        worst = std::max(worst, std::fabs(y[t * n + r] - ref) / mag);
+        worst = nan_max(worst, std::fabs(y[t * n + r] - ref) / mag);
       }
     std::printf("validation: worst |err|/Σ|x·w| = %.2e %s\n", worst, worst < 1e-5 ? "ok" : "FAILED");
     if (!(worst < 1e-5)) return 1;
@@ -75,6 +80,41 @@ int run_dense_bench(const kernel_bench_options& opts) {
       t.row({name, std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gf, 1), pk.fp32 > 0 ? fmt(gf / pk.fp32) : "-",
              pk.bf16 > 0 ? fmt(gf / pk.bf16) : "-"});
     }
+#if K3_HAVE_ONEDNN
+  // oneDNN's bf16 matmul on the same matrices (weights reordered once, outside the timing).
+  std::printf("oneDNN %s, dispatched ISA %s\n", "bf16 matmul", onednn_gemm::isa());
+  for (int m : {16, 64, 512}) {
+    std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3 * static_cast<double>(i));
+    std::vector<std::unique_ptr<onednn_gemm>> g;
+    for (std::int64_t j = 0; j < mats; ++j) g.push_back(std::make_unique<onednn_gemm>(w.data() + j * n * k, n, k, m));
+    g[0]->run(x.data(), y.data());
+    double worst = 0;
+    for (std::int64_t tk = 0; tk < m; tk += 7)
+      for (std::int64_t r = 0; r < n; r += 611) {
+        double ref = 0, mag = 0;
+        for (std::int64_t i = 0; i < k; ++i) {
+          const double pr = static_cast<double>(round_bf16(x[tk * k + i])) * bf16_to_f32(w[static_cast<std::size_t>(r * k + i)]);
+          ref += pr;
+          mag += std::fabs(pr);
+        }
+        worst = nan_max(worst, std::fabs(y[tk * n + r] - ref) / mag);
+      }
+    if (!(worst < 1e-5)) {
+      std::printf("oneDNN validation FAILED at M=%d: %.2e\n", m, worst);
+      return 1;
+    }
+    auto pass = [&] {
+      for (std::int64_t j = 0; j < mats; ++j) g[static_cast<std::size_t>(j)]->run(x.data(), y.data());
+    };
+    pass();
+    const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
+    const double gk = bytes / tk / 1e9, gs = bytes / ts / 1e9;
+    const double gf = 2.0 * m * n * k * mats / tk / 1e9;
+    t.row({"oneDNN bf16 matmul", std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gf, 1),
+           pk.fp32 > 0 ? fmt(gf / pk.fp32) : "-", pk.bf16 > 0 ? fmt(gf / pk.bf16) : "-"});
+  }
+#endif
   (void)sink;
   return 0;
 }

@@ -8,7 +8,7 @@ packages=(
   libcaf-dev libboost-dev libsimdjson-dev catch2 libpcre2-dev
   libopenblas-openmp-dev libbenchmark-dev libcli11-dev
   clang libclang-rt-14-dev
-  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev libssl-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev libssl-dev libdnnl-dev
 )
 # Node.js runs the test peers (js-tiktoken, the OpenAI SDK); use the machine's own when present.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
