@@ -25,6 +25,8 @@ inline __m512 widen_masked(const bf16_t* p, __mmask16 k) {
 // 2 KiB) still look far enough ahead to cover DRAM latency; a fixed 1 KiB per row did not.
 constexpr std::int64_t prefetch_elems = 8192;
 
+using act_t = float;
+
 template <int R, int TG>
 void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
   __m512 acc[R][TG];
@@ -52,30 +54,13 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
     for (int t = 0; t < TG; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-template <int R>
-void tokens(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k, float* y,
-            std::int64_t ldy) {
-  for (std::int64_t t0 = 0; t0 < m; t0 += 4) {
-    const float* xt = x + t0 * ldx;
-    float* yt = y + t0 * ldy;
-    switch (std::min<std::int64_t>(4, m - t0)) {
-      case 1: micro<R, 1>(xt, ldx, w, k, yt, ldy); break;
-      case 2: micro<R, 2>(xt, ldx, w, k, yt, ldy); break;
-      case 3: micro<R, 3>(xt, ldx, w, k, yt, ldy); break;
-      default: micro<R, 4>(xt, ldx, w, k, yt, ldy); break;
-    }
-  }
-}
+#include "kernels/dense/gemv_blocking.inc"
 
 } // namespace
 
-// Rows outer, token groups inner: a 4-row block is read from DRAM once and re-read from L1/L2
-// by the other token groups (token-outer order streamed the whole matrix once per 4 tokens).
 void gemv_bf16_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
                            std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) {
-  std::int64_t r = n0;
-  for (; r + 4 <= n1; r += 4) tokens<4>(x, ldx, m, w + r * k, k, y + r, ldy);
-  for (; r < n1; ++r) tokens<1>(x, ldx, m, w + r * k, k, y + r, ldy);
+  rows_blocked(x, ldx, m, w, k, n0, n1, y, ldy);
 }
 
 } // namespace k3::dense::detail

@@ -4,9 +4,8 @@
 // the fp32 path — so at batch 1 the loop is a load and a dot per cache line, which is what lets
 // one core keep up with DRAM.
 //
-// Blocking: 4 rows × up to 4 tokens per micro-kernel (16 accumulators); the token groups are the
-// inner loop, so a 4-row block (4·k·2 bytes) is read from DRAM once and from L1/L2 by the other
-// groups. Weight tails (k % 32) use masked loads; the activation rows are zero-padded to a
+// Blocking (gemv_blocking.inc): 4 rows × up to 4 tokens per micro-kernel (16 accumulators),
+// token groups inner. Weight tails (k % 32) use masked loads; the activation rows are zero-padded to a
 // multiple of 32 by the caller, so their loads need no mask.
 //
 // Only functions between push_options/pop_options are compiled for AVX512-BF16.
@@ -25,6 +24,8 @@ namespace {
 // Prefetch distance along the weight stream (see the fp32 kernel: ~16 KiB covers DRAM latency
 // even for short rows).
 constexpr std::int64_t prefetch_elems = 8192;
+
+using act_t = bf16_t;
 
 template <int R, int TG>
 void micro(const bf16_t* xb, std::int64_t ldxb, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
@@ -54,28 +55,13 @@ void micro(const bf16_t* xb, std::int64_t ldxb, const bf16_t* w, std::int64_t k,
     for (int t = 0; t < TG; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-template <int R>
-void tokens(const bf16_t* xb, std::int64_t ldxb, std::int64_t m, const bf16_t* w, std::int64_t k, float* y,
-            std::int64_t ldy) {
-  for (std::int64_t t0 = 0; t0 < m; t0 += 4) {
-    const bf16_t* xt = xb + t0 * ldxb;
-    float* yt = y + t0 * ldy;
-    switch (std::min<std::int64_t>(4, m - t0)) {
-      case 1: micro<R, 1>(xt, ldxb, w, k, yt, ldy); break;
-      case 2: micro<R, 2>(xt, ldxb, w, k, yt, ldy); break;
-      case 3: micro<R, 3>(xt, ldxb, w, k, yt, ldy); break;
-      default: micro<R, 4>(xt, ldxb, w, k, yt, ldy); break;
-    }
-  }
-}
+#include "kernels/dense/gemv_blocking.inc"
 
 } // namespace
 
 void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t m, const bf16_t* w,
                                std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) {
-  std::int64_t r = n0;
-  for (; r + 4 <= n1; r += 4) tokens<4>(xb, ldxb, m, w + r * k, k, y + r, ldy);
-  for (; r < n1; ++r) tokens<1>(xb, ldxb, m, w + r * k, k, y + r, ldy);
+  rows_blocked(xb, ldxb, m, w, k, n0, n1, y, ldy);
 }
 
 } // namespace k3::dense::detail

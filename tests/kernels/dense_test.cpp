@@ -15,6 +15,16 @@ using namespace k3;
 
 namespace {
 
+/// n random normals as bf16, and the same values widened back to fp32 (what the kernels multiply).
+std::pair<std::vector<bf16_t>, std::vector<float>> random_bf16(test::rng& r, std::int64_t n) {
+  const auto f = r.normals(n);
+  std::vector<bf16_t> b(f.size());
+  f32_to_bf16(f.data(), b.data(), n);
+  std::vector<float> w(f.size());
+  bf16_to_f32(b.data(), w.data(), n);
+  return {std::move(b), std::move(w)};
+}
+
 /// |y - Σ x·w| ≤ 1e-5 · Σ|x·w| for every output (x as given: the caller rounds it for bf16).
 void check_ref(const std::vector<float>& x, std::int64_t ldx, std::int64_t m, const std::vector<float>& w,
                std::int64_t n, std::int64_t k, const std::vector<float>& y, std::int64_t ldy) {
@@ -52,11 +62,7 @@ TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[d
         for (std::int64_t m : {1, 3, 8, 9, 33, 64, 65}) {
           INFO("isa=" << to_string(path) << " m=" << m << " n=" << n << " k=" << k);
           const std::int64_t ldx = k + 2, ldy = n + 1;
-          auto wf = r.normals(n * k);
-          std::vector<bf16_t> wb(wf.size());
-          f32_to_bf16(wf.data(), wb.data(), static_cast<std::int64_t>(wf.size()));
-          std::vector<float> wr(wf.size());
-          bf16_to_f32(wb.data(), wr.data(), static_cast<std::int64_t>(wb.size()));
+          const auto [wb, wr] = random_bf16(r, n * k);
           auto x = r.normals(m * ldx);
           std::vector<float> yb(m * ldy, NAN), yf(m * ldy, NAN);
           dense::gemm_bf16(x.data(), ldx, m, wb.data(), n, k, yb.data(), ldy);
@@ -89,11 +95,7 @@ TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rou
           if (n * k * m > 4'000'000) continue; // keep the fp64 reference quick
           INFO("isa=" << to_string(path) << " m=" << m << " n=" << n << " k=" << k);
           const std::int64_t ldx = k + 3, ldy = n + 2;
-          auto wf = r.normals(n * k);
-          std::vector<bf16_t> wb(wf.size());
-          f32_to_bf16(wf.data(), wb.data(), static_cast<std::int64_t>(wf.size()));
-          std::vector<float> wr(wf.size());
-          bf16_to_f32(wb.data(), wr.data(), static_cast<std::int64_t>(wb.size()));
+          const auto [wb, wr] = random_bf16(r, n * k);
           auto x = r.normals(m * ldx);
           std::vector<float> y(m * ldy, NAN);
           dense::gemm_bf16(x.data(), ldx, m, wb.data(), n, k, y.data(), ldy, activations::bf16);
@@ -120,11 +122,7 @@ TEST_CASE("dense: the vdpbf16ps GEMV kernel matches fp64 on any row range and to
   for (std::int64_t k : {5, 64, 97})
     for (std::int64_t m : {1, 3, 4, 9}) {
       const std::int64_t n = 11, kp = (k + 31) / 32 * 32, ldy = n + 1;
-      auto wf = r.normals(n * k);
-      std::vector<bf16_t> wb(wf.size());
-      f32_to_bf16(wf.data(), wb.data(), static_cast<std::int64_t>(wf.size()));
-      std::vector<float> wr(wf.size());
-      bf16_to_f32(wb.data(), wr.data(), static_cast<std::int64_t>(wb.size()));
+      const auto [wb, wr] = random_bf16(r, n * k);
       auto x = r.normals(m * kp);
       std::vector<bf16_t> xb(x.size(), 0);
       for (std::int64_t t = 0; t < m; ++t) f32_to_bf16(x.data() + t * kp, xb.data() + t * kp, k); // pad stays 0
