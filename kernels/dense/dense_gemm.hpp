@@ -1,10 +1,10 @@
 #pragma once
-// Dense GEMM with bf16 or fp32 weights and fp32 activations:  y[m, n] = Σ_k x[m, k] · W[n, k]
+// Dense GEMM with bf16 or fp32 weights and fp32 activations (optionally rounded to bf16):  y[m, n] = Σ_k x[m, k] · W[n, k]
 // (W row-major [n, k] as stored in safetensors, i.e. y = x · Wᵀ).
 //
-// bf16 weights: for m ≤ 64 (decode, batched decode) a hand-written GEMV streams W once; for
-// larger m (prefill) W is widened panel by panel into an L2-sized fp32 buffer and multiplied
-// with OpenBLAS sgemm. fp32 weights go to OpenBLAS directly.
+// bf16 weights: for m ≤ 64 (decode, batched decode) a hand-written GEMV streams W once (small
+// calls on the calling thread); for larger m (prefill) W is widened in 256-row × 512-column
+// blocks and multiplied with OpenBLAS sgemm, accumulating over k. fp32 weights go to OpenBLAS.
 //
 // Activations (k3::activations): fp32 — every path multiplies the fp32 activations (the exact
 // contract). bf16 — the activations are rounded to bf16 once per call; on CPUs with
@@ -27,7 +27,7 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
 void gemm_f32(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t n, std::int64_t k,
               float* y, std::int64_t ldy);
 
-/// Serial bf16 kernel over output rows [n0, n1) (m ≤ 8 path), for callers that parallelise.
+/// Serial bf16 GEMV (fp32 activations) over output rows [n0, n1), for callers that parallelise.
 void gemv_bf16_rows(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
                     std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 
