@@ -27,8 +27,9 @@ namespace k3 {
 }
 
 /// tanh with relative error ≤ ~5e-7: an odd Taylor polynomial below |y| = 0.25 (where
-/// 1 − 2/(e^{2y}+1) would cancel), else that identity on fast_exp; saturates to ±1. Branch-free
-/// (selects), so loops over it vectorise — libm's tanhf is a call per element.
+/// 1 − 2/(e^{2y}+1) would cancel), else that identity on fast_exp; saturates to ±1. Inline, no
+/// libm call per element: SiTU-GLU runs 1.6× faster with it (19 vs 31 ns per element on a
+/// Xeon). GCC still keeps such loops scalar (-ftrapping-math blocks if-converting the selects).
 [[nodiscard]] inline float fast_tanh(float y) noexcept {
   const float y2 = y * y;
   float p = 62.0f / 2835.0f;
