@@ -59,8 +59,8 @@ int run_dense_bench(const kernel_bench_options& opts) {
               pk.bf16 > 0 ? (fmt(pk.bf16, 0) + " GFLOP/s (vdpbf16ps)").c_str() : "n/a (no AVX512-BF16)");
   table t({{"kernel", 20}, {"M", 5}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"GFLOP/s", 8},
            {"of fp32 peak", 12}, {"of bf16 peak", 12}});
-  // Each M with fp32 activations (reference numerics) and bf16 activations (production: rounded
-  // once, vdpbf16ps where the CPU has AVX512-BF16).
+  // Each M with fp32 activations (the default numerics) and bf16 activations (the opt-in
+  // --bf16-activations: rounded once, vdpbf16ps where the CPU has AVX512-BF16).
   const bool dot = bf16_dot_available();
   for (int m : {1, 4, 16, 64, 512})
     for (auto act : {activations::fp32, activations::bf16}) {
@@ -82,7 +82,7 @@ int run_dense_bench(const kernel_bench_options& opts) {
     }
 #if K3_HAVE_ONEDNN
   // oneDNN's bf16 matmul on the same matrices (weights reordered once, outside the timing).
-  std::printf("oneDNN %s, dispatched ISA %s\n", "bf16 matmul", onednn_gemm::isa());
+  std::printf("oneDNN bf16 matmul, dispatched ISA %s\n", onednn_gemm::isa());
   for (int m : {16, 64, 512}) {
     std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3 * static_cast<double>(i));

@@ -33,14 +33,18 @@ using bf16_t = std::uint16_t;
 [[nodiscard]] inline float round_bf16(float f) noexcept { return bf16_to_f32(f32_to_bf16(f)); }
 
 /// Activation precision inside a bf16- or MXFP4-weight matmul. fp32: activations enter the dot
-/// products as they are (the exact contract, reference numerics). bf16: each activation is
-/// rounded to bf16 (nearest even) once per call and products are summed in fp32 — the production
-/// numerics, what vdpbf16ps computes natively; kernels without it compute the same products in
-/// fp32 from the rounded values, so the definition does not depend on the CPU or the batch
-/// (only the summation order does).
+/// products as they are (the default and the reference numerics). bf16: each activation is
+/// rounded to bf16 (nearest even) once per call and products are summed in fp32 — what
+/// vdpbf16ps computes natively (the model's opt-in `bf16_activations`); kernels without it
+/// compute the same products in fp32 from the rounded values, so the definition does not depend
+/// on the CPU or the batch (only the summation order does).
 enum class activations { fp32, bf16 };
 
 void bf16_to_f32(const bf16_t* src, float* dst, std::int64_t n) noexcept;
 void f32_to_bf16(const float* src, bf16_t* dst, std::int64_t n) noexcept;
+
+/// rows × cols values (source stride ld) rounded to bf16 and kept as fp32, packed into dst
+/// (stride cols): the activations::bf16 input for kernels that multiply in fp32.
+void round_bf16_rows(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* dst) noexcept;
 
 } // namespace k3

@@ -1,8 +1,9 @@
 #pragma once
-// Vectorisable fp32 exponential (and tanh, sigmoid on it) for kernels whose inner loops need
-// them per element (KDA pairwise decays, the GLU activations). Cody–Waite range reduction and a degree-6 polynomial: relative error
-// ≤ 2e-7 over [-87, 88]; inputs below -87.3 return 2^-126·p (not denormals), above 88.7 are
-// clamped. Written with plain float/int arithmetic so GCC maps it onto SIMD lanes.
+// Inline fp32 exponential (and tanh, sigmoid on it) for kernels whose inner loops need them per
+// element (KDA pairwise decays, the GLU activations). Cody–Waite range reduction and a degree-6
+// polynomial: relative error ≤ 2e-7 over [-87, 88]; inputs below -87.3 return 2^-126·p (not
+// denormals), above 88.7 are clamped. Plain float/int arithmetic, so GCC maps it onto SIMD lanes
+// in loops it can if-convert (the AVX-512 KDA kernels); see fast_tanh for where it cannot.
 
 #include <cstdint>
 #include <cstring>

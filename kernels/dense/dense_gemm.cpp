@@ -62,25 +62,26 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   const std::int64_t gemv_items = m * n * k < min_parallel_work ? 1 : (n + t4 - 1) / t4;
   const std::int64_t span = gemv_items == 1 ? n : t4;
   // bf16 activations: round them once, on the calling thread (m·k values, small next to the
-  // n·k weights), into buffers the pool items read.
-  thread_local std::vector<bf16_t> xb;
-  thread_local std::vector<float> xr;
+  // n·k weights), into a buffer the pool items read — bf16 for the vdpbf16ps GEMV, else fp32
+  // holding the rounded values.
   if (a == activations::bf16 && k > 0) {
-    const std::int64_t kp = (k + 31) / 32 * 32;
-    xb.resize(static_cast<std::size_t>(m * kp));
-    for (std::int64_t t = 0; t < m; ++t) {
-      f32_to_bf16(x + t * ldx, xb.data() + t * kp, k);
-      std::fill(xb.data() + t * kp + k, xb.data() + (t + 1) * kp, bf16_t{0});
-    }
     if (gemv && bf16_dot_available()) {
+      thread_local std::vector<bf16_t> xb;
+      const std::int64_t kp = (k + 31) / 32 * 32;
+      xb.resize(static_cast<std::size_t>(m * kp));
+      for (std::int64_t t = 0; t < m; ++t) {
+        f32_to_bf16(x + t * ldx, xb.data() + t * kp, k);
+        std::fill(xb.data() + t * kp + k, xb.data() + (t + 1) * kp, bf16_t{0});
+      }
       const bf16_t* xbp = xb.data();
       parallel_for(gemv_items, [&](std::int64_t i) {
         detail::gemv_bf16_rows_avx512bf16(xbp, kp, m, w, k, i * span, std::min(n, (i + 1) * span), y, ldy);
       });
       return;
     }
+    thread_local std::vector<float> xr;
     xr.resize(static_cast<std::size_t>(m * k));
-    for (std::int64_t t = 0; t < m; ++t) bf16_to_f32(xb.data() + t * kp, xr.data() + t * k, k);
+    round_bf16_rows(x, ldx, m, k, xr.data());
     x = xr.data();
     ldx = k;
   }

@@ -31,8 +31,7 @@ bool use_dot(activations a, std::int64_t cols) noexcept {
 // Rounds rows × cols activations to bf16 values (kept as fp32) into buf; returns buf's data.
 const float* rounded(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t cols, std::vector<float>& buf) {
   buf.resize(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t i = 0; i < cols; ++i) buf[static_cast<std::size_t>(r * cols + i)] = round_bf16(x[r * ldx + i]);
+  round_bf16_rows(x, ldx, rows, cols, buf.data());
   return buf.data();
 }
 

@@ -2,7 +2,7 @@
 // straight to bf16, products summed in fp32 by vdpbf16ps (32 multiply-adds per instruction,
 // twice an fp32 FMA's).
 //
-// The model's production numerics (activations::bf16) on CPUs with AVX512-BF16, for every
+// The model's opt-in bf16 activations (activations::bf16) on CPUs with AVX512-BF16, for every
 // token count (grouped M = 16: ~1.2–1.4× the fp32 kernel, M = 1: ~0.9×), so that a token's
 // result never depends on its batch; see mxfp4_gemm.cpp.
 //

@@ -29,10 +29,4 @@ void situ_glu_fused(const float* gate_up, std::int64_t rows, std::int64_t n, con
 /// In-place softmax over each of `rows` rows of n elements.
 void softmax(float* x, std::int64_t rows, std::int64_t n) noexcept;
 
-[[nodiscard]] inline float sigmoid(float x) noexcept;
-
 } // namespace k3::ops
-
-#include <cmath>
-
-inline float k3::ops::sigmoid(float x) noexcept { return 1.0f / (1.0f + std::exp(-x)); }

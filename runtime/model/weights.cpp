@@ -138,7 +138,7 @@ public:
     w.rows = rows;
     w.cols = cols;
     if (t.type == dtype::bf16) {
-      if (opt_.bf16_activations && !opt_.exact_fp32) w.act = activations::bf16;
+      if (bf16_activations()) w.act = activations::bf16;
       if (reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0) {
         w.bf16 = reinterpret_cast<const bf16_t*>(t.data);
       } else { // unaligned data offset: copy once

@@ -82,7 +82,7 @@ TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[d
 }
 
 TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rounded activations", "[dense]") {
-  // Production numerics: x rounded to bf16 once, fp32 sums. Shapes cover the vdpbf16ps GEMV
+  // bf16 activations: x rounded to bf16 once, fp32 sums. Shapes cover the vdpbf16ps GEMV
   // (k tails under 32, row tails under 4, token groups of 1–4), the rounded-fp32 GEMV on the
   // other paths, and the sgemm route with several k blocks and uneven panels.
   test::rng r(20261203);

@@ -138,7 +138,7 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
 }
 
 TEST_CASE("mxfp4 gemm: bf16 activations equal the fp64 reference of the rounded activations, alone = batched", "[mxfp4][gemm]") {
-  // Production numerics: activations rounded to bf16 once, products summed in fp32. With
+  // bf16 activations: rounded to bf16 once, products summed in fp32. With
   // AVX512-BF16 (and cols % 64 == 0) the vdpbf16ps kernel runs for every m; otherwise the fp32
   // kernel multiplies the rounded values — bit for bit what activations::fp32 gives on
   // pre-rounded input.
