@@ -81,20 +81,36 @@ try {
   check(!(await page.$eval('#image-picker', (e) => e.hidden)), 'the image picker shows for a model with a vision tower');
 
   // ---- a reply streams into the page, thinking shown then collapsed --------------------------
+  // The demo model has random weights, so every sampled request carries a fixed seed: what it
+  // writes (how long it thinks, whether it ends early) is then the same on every run.
+  await setField(page, 'seed', '20261203');
   await setField(page, 'thinking', true);
   await setField(page, 'max_tokens', '160');
   await setField(page, 'temperature', '1');
+  // The page repaints a streaming reply once per animation frame, and 160 tokens of the demo model
+  // can arrive within one frame: the download is throttled for this reply so that it spans many
+  // frames, and a MutationObserver sees every repaint (polling could miss the live state).
+  const cdp = await page.createCDPSession();
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: 16384, uploadThroughput: -1 });
+  await page.evaluate(() => {
+    window.__sawLiveThinking = false;
+    new MutationObserver(() => {
+      const t = document.querySelector('#messages .msg.assistant details.thinking');
+      if (!document.getElementById('stop').disabled && t && t.open && t.querySelector('.text').textContent.length > 0)
+        window.__sawLiveThinking = true;
+    }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true, attributes: true });
+  });
   await send(page, 'Hello there');
-  await page.waitForFunction(() => {
-    const t = document.querySelector('#messages .msg.assistant details.thinking');
-    return !document.getElementById('stop').disabled && t && t.open && t.querySelector('.text').textContent.length > 0;
-  }, { timeout: 30000 });
+  await page.waitForFunction(() => window.__sawLiveThinking, { timeout: 30000 });
   check(true, 'reasoning streams into an open thinking block while the request runs');
   await waitIdle(page);
+  await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
   let a = await lastAssistant(page);
   check(a && a.thinking && !a.thinking.open && a.thinking.text.length > 0, 'the thinking block collapses when the reply ends');
   check(/completion \d+/.test(a.figures) && /TTFT \d+ ms/.test(a.figures) && /prompt \d+/.test(a.figures), 'per-reply figures: ' + a.figures);
-  check(requests.at(-1).stream === true && requests.at(-1).thinking.type === 'enabled', 'the request streams with thinking on');
+  check(requests.at(-1).stream === true && requests.at(-1).thinking.type === 'enabled' && requests.at(-1).seed === 20261203,
+        'the request streams with thinking on and the seed set');
 
   // ---- an attached image goes out as an image_url part and is answered ------------------------
   {
@@ -125,7 +141,19 @@ try {
   }
 
   // ---- stop cancels on the server --------------------------------------------------------------
+  // The demo model has random weights: sampled at temperature 1 it may end its reply by itself at
+  // any token, and under load that can land before the Stop click. So for this one request the
+  // test adds ignore_eos to the page's body (the page itself has no such setting): the reply can
+  // then end only by Stop or after 6000 tokens, seconds later.
   const abortsBefore = await metric(base, 'k3:request_success_total', 'finished_reason="abort"');
+  await page.setRequestInterception(true);
+  const addIgnoreEos = (r) => {
+    if (r.isInterceptResolutionHandled()) return;
+    if (r.url().endsWith('/v1/chat/completions') && r.method() === 'POST')
+      r.continue({ postData: JSON.stringify({ ...JSON.parse(r.postData()), ignore_eos: true }) });
+    else r.continue();
+  };
+  page.on('request', addIgnoreEos);
   await setField(page, 'max_tokens', '6000');
   await send(page, 'Tell me a long story');
   await page.waitForFunction(() => {
@@ -136,6 +164,8 @@ try {
   }, { timeout: 30000 });
   await page.click('#stop');
   await waitIdle(page, 10000);
+  page.off('request', addIgnoreEos);
+  await page.setRequestInterception(false);
   let aborted = false;
   for (let i = 0; i < 100 && !aborted; i++) {
     aborted = (await metric(base, 'k3:request_success_total', 'finished_reason="abort"')) > abortsBefore &&
@@ -205,7 +235,9 @@ try {
   check(asst && asst.tool_calls && asst.tool_calls[0].function.name === 'get_weather', 'the assistant turn goes back with its tool call');
   check(asst && typeof asst.reasoning_content === 'string' && asst.reasoning_content.length > 0, 'reasoning_content is echoed back in history');
   check(tool && tool.content === 'sunny, 21 C' && tool.tool_call_id === asst.tool_calls[0].id, 'the tool result is sent with its call id');
-  check(await page.$$eval('#messages .msg.tool', (l) => l.length) === 1, 'the tool result is shown');
+  const toolShown = await page.$$eval('#messages .msg.tool', (l) => l.length);
+  check(toolShown === a.calls.length && follow.messages.filter((m) => m.role === 'tool').length === a.calls.length,
+        `a tool result is sent and shown for each of the ${a.calls.length} calls (${toolShown} shown)`);
 
   // ---- regenerate and edit ---------------------------------------------------------------------
   const countBefore = await page.$$eval('#messages .msg', (l) => l.length);
