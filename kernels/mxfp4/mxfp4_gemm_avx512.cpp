@@ -1,4 +1,5 @@
-// AVX-512 MXFP4 GEMM.
+// AVX-512 MXFP4 GEMM: one token or a few per call with a lane per column (below), batches of
+// 7+ tokens with the tokens in the lanes (tile_bcast, further down).
 //
 // Decode: 16 packed bytes (32 weights) are zero-extended to 16 int32 lanes; vpermps with the
 // 16-entry E2M1 table indexes by the low 4 bits, so the low nibbles (even columns) need no mask
@@ -11,6 +12,7 @@
 // Only functions defined between push_options/pop_options are compiled for AVX-512; buffer
 // management stays in default-target code so no std:: template is instantiated for AVX-512.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -118,6 +120,103 @@ void tile512(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std
   }
 }
 
+// ---- batches: tokens in lanes --------------------------------------------------------------
+//
+// From bcast_min_tokens tokens up, a tile of up to 16 tokens runs with the tokens in the lanes:
+// the activations are transposed once per tile into xt[position][16 tokens], a band of rows is
+// decoded chunk by chunk into fp32 (wt, L1-resident) with the same lookup as above, and every
+// weight is broadcast from wt into one FMA per row (acc[row] += w[row, k] · xt[k]). Each
+// decoded weight then serves 16 tokens from a register, where the lane-per-column kernel above
+// loads the activations again for every row pair from L2 (~0.35 of the FMA peak at 16 tokens).
+// A (token, row) sum runs over the columns in one fixed order (block by block, even columns
+// then odd in the lane order of the decode), independent of the chunking and of the other
+// tokens in the tile.
+
+constexpr std::int64_t bc_blocks = 8; // blocks per decode chunk: wt = 16 rows × 256 × 4 B = 16 KiB
+
+// Rows [r, r + R) × blocks [b0, b0 + nbk) → wt[R][bc_blocks · 32] in decode lane order (a fixed
+// row stride, so the micro-kernel addresses every row from one base register).
+template <int R>
+void decode_band(const matrix_view& w, std::int64_t r, std::int64_t b0, std::int64_t nbk, const float* luts,
+                 float* wt) {
+  const __m512i lane_shift = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+  const std::int64_t nb = w.cols / block_size, rb = w.cols / 2;
+  for (int i = 0; i < R; ++i) {
+    const std::uint8_t* p = w.packed + (r + i) * rb + b0 * 16;
+    const std::uint8_t* sc = w.scales + (r + i) * nb + b0;
+    float* out = wt + i * bc_blocks * 32;
+    // The rows are read in short runs (nbk · 16 bytes each, then the next row): prefetch this
+    // row's next chunk, which the hardware streamer would not see coming.
+    _mm_prefetch(reinterpret_cast<const char*>(p + bc_blocks * 16), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + bc_blocks * 16 + 64), _MM_HINT_T0);
+    for (std::int64_t b = 0; b < nbk; ++b) {
+      const __m512i q = _mm512_srlv_epi32(
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + b * 16))), lane_shift);
+      const __m512 lut = _mm512_load_ps(luts + 16 * static_cast<int>(sc[b]));
+      _mm512_store_ps(out + b * 32, _mm512_permutexvar_ps(q, lut));
+      _mm512_store_ps(out + b * 32 + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), lut));
+    }
+  }
+}
+
+// acc[i] (16 token lanes) += Σ_p wt[i][p] · xt[p] over positions [0, n), p in order.
+template <int R>
+void bcast_micro(const float* wt, std::int64_t n, const float* xt, __m512* acc) {
+  constexpr std::int64_t ldw = bc_blocks * 32;
+  __m512 a[R];
+  for (int i = 0; i < R; ++i) a[i] = acc[i];
+  for (std::int64_t p = 0; p < n; ++p) {
+    const __m512 xv = _mm512_load_ps(xt + p * 16);
+    for (int i = 0; i < R; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(wt[i * ldw + p]), xv, a[i]);
+  }
+  for (int i = 0; i < R; ++i) acc[i] = a[i];
+}
+
+// Rows [r, r + R) for one token tile over every column; sums to y (tg tokens).
+template <int R>
+void bcast_rows(const matrix_view& w, std::int64_t r, const float* xt, int tg, const float* luts, float* wt,
+                float* y, std::int64_t ldy) {
+  const std::int64_t nb = w.cols / block_size;
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::int64_t b0 = 0; b0 < nb; b0 += bc_blocks) {
+    const std::int64_t nbk = nb - b0 < bc_blocks ? nb - b0 : bc_blocks;
+    decode_band<R>(w, r, b0, nbk, luts, wt);
+    bcast_micro<R>(wt, nbk * 32, xt + b0 * 32 * 16, acc);
+  }
+  alignas(64) float lanes[16];
+  for (int i = 0; i < R; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (int t = 0; t < tg; ++t) y[t * ldy + r + i] = lanes[t];
+  }
+}
+
+// Column of x for decode position i (0..31) of a block: lanes 0..15 are the even columns, 16..31
+// the odd ones; lane 4L+j holds byte 4j+L of the block (see lane_shift).
+inline std::int64_t position_column(int i) {
+  const int lane = i & 15, byte = 4 * (lane & 3) + (lane >> 2);
+  return 2 * byte + (i >> 4);
+}
+
+void tile_bcast(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1,
+                float* y, std::int64_t ldy, float* xt, float* wt, const float* luts) {
+  const std::int64_t nb = w.cols / block_size;
+  int colmap[32];
+  for (int i = 0; i < 32; ++i) colmap[i] = static_cast<int>(position_column(i));
+  for (std::int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < 32; ++i) {
+      float* dst = xt + (b * 32 + i) * 16;
+      const float* src = x + b * 32 + colmap[i];
+      for (int t = 0; t < 16; ++t) dst[t] = t < tg ? src[t * ldx] : 0.0f; // padding lanes: zeros, never stored
+    }
+  std::int64_t r = r0;
+  for (; r + 16 <= r1; r += 16) bcast_rows<16>(w, r, xt, tg, luts, wt, y, ldy);
+  if (r + 8 <= r1) { bcast_rows<8>(w, r, xt, tg, luts, wt, y, ldy); r += 8; }
+  if (r + 4 <= r1) { bcast_rows<4>(w, r, xt, tg, luts, wt, y, ldy); r += 4; }
+  if (r + 2 <= r1) { bcast_rows<2>(w, r, xt, tg, luts, wt, y, ldy); r += 2; }
+  if (r < r1) bcast_rows<1>(w, r, xt, tg, luts, wt, y, ldy);
+}
+
 } // namespace
 } // namespace k3::mxfp4::detail
 
@@ -145,10 +244,28 @@ const float* scaled_luts() {
 void gemm_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
                       std::int64_t r1, float* y, std::int64_t ldy) {
   constexpr int max_tg = 8;
+  const float* luts = scaled_luts();
+  std::int64_t t0 = 0;
+  // Measured on a 2-core Sapphire Rapids-class Xeon, 8 experts of 3072 × 3584, 2 threads
+  // (GFLOP/s, lane-per-column → tokens in lanes): m = 4: 132 → 44, 7: 47 → 63, 8: 88 → 117,
+  // 16: 82 → 166, 32: 80 → 198.
+  constexpr std::int64_t bcast_min_tokens = 7;
+  if (m >= bcast_min_tokens) {
+    // Tiles of 16 tokens in lanes while at least bcast_min_tokens remain. Both buffers are
+    // 64-byte aligned (aligned vector loads and stores).
+    thread_local std::vector<float> buf;
+    const std::int64_t xt_n = w.cols * 16, wt_n = 16 * bc_blocks * block_size;
+    buf.resize(static_cast<std::size_t>(xt_n + wt_n + 16));
+    float* xt = buf.data() + ((64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64) / sizeof(float);
+    float* wt = xt + xt_n;
+    for (; m - t0 >= bcast_min_tokens; t0 += 16) {
+      const int tg = static_cast<int>(std::min<std::int64_t>(16, m - t0));
+      tile_bcast(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xt, wt, luts);
+    }
+  }
   thread_local std::vector<float> xs;
   xs.resize(static_cast<std::size_t>(max_tg * w.cols));
-  const float* luts = scaled_luts();
-  for (std::int64_t t0 = 0; t0 < m; t0 += max_tg) {
+  for (; t0 < m; t0 += max_tg) {
     const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
     tile512(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data(), luts);
   }
