@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/common/cpu_features.hpp"
 #include "kernels/common/fast_math.hpp"
 #include "kernels/ops/activations.hpp"
 #include "kernels/ops/attnres.hpp"
@@ -44,29 +45,65 @@ TEST_CASE("rms_norm, gated rms_norm and l2_norm match fp64", "[ops]") {
 
 TEST_CASE("SiLU-GLU, SiTU-GLU (beta 4, linear beta 25, and untransformed up) match fp64", "[ops]") {
   test::rng r(12);
-  const std::int64_t n = 333;
+  const std::int64_t n = 333; // 20 full AVX-512 vectors and a tail of 13
   auto a = r.normals(n, 6.0f), b = r.normals(n, 40.0f);
-  std::vector<float> s(n), t(n), t0(n);
-  ops::silu_glu(a.data(), b.data(), n, s.data());
-  ops::situ_glu(a.data(), b.data(), n, {4.0f, 25.0f}, t.data());
-  ops::situ_glu(a.data(), b.data(), n, {4.0f, 0.0f}, t0.data());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double A = a[i], B = b[i];
-    const double rs = A * sig(A) * B;
-    const double rt = 4.0 * std::tanh(A / 4.0) * sig(A) * 25.0 * std::tanh(B / 25.0);
-    const double rt0 = 4.0 * std::tanh(A / 4.0) * sig(A) * B;
-    REQUIRE(std::fabs(s[i] - rs) <= 1e-5 * std::fabs(rs) + 1e-6);
-    REQUIRE(std::fabs(t[i] - rt) <= 1e-5 * std::fabs(rt) + 1e-6);
-    REQUIRE(std::fabs(t0[i] - rt0) <= 1e-5 * std::fabs(rt0) + 1e-6);
+  a[5] = 0.1f; // the tanh polynomial branch (|y| < 0.25 after a / 4)
+  a[6] = -95.0f, a[7] = 95.0f, b[8] = 900.0f; // exp clamps, tanh saturation
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    INFO("isa=" << to_string(path));
+    std::vector<float> s(n), t(n), t0(n);
+    ops::silu_glu(a.data(), b.data(), n, s.data());
+    ops::situ_glu(a.data(), b.data(), n, {4.0f, 25.0f}, t.data());
+    ops::situ_glu(a.data(), b.data(), n, {4.0f, 0.0f}, t0.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double A = a[i], B = b[i];
+      const double rs = A * sig(A) * B;
+      const double rt = 4.0 * std::tanh(A / 4.0) * sig(A) * 25.0 * std::tanh(B / 25.0);
+      const double rt0 = 4.0 * std::tanh(A / 4.0) * sig(A) * B;
+      REQUIRE(std::fabs(s[i] - rs) <= 1e-5 * std::fabs(rs) + 1e-6);
+      REQUIRE(std::fabs(t[i] - rt) <= 1e-5 * std::fabs(rt) + 1e-6);
+      REQUIRE(std::fabs(t0[i] - rt0) <= 1e-5 * std::fabs(rt0) + 1e-6);
+    }
+    // Fused [gate | up] layout gives the same values.
+    std::vector<float> gu(2 * n), f(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      gu[i] = a[i];
+      gu[n + i] = b[i];
+    }
+    ops::situ_glu_fused(gu.data(), 1, n, {4.0f, 25.0f}, f.data());
+    CHECK(f == t);
+    // NaN in, NaN out, on both branches.
+    const float nan_in[2] = {NAN, 1.0f}, one[2] = {1.0f, NAN};
+    float o[2];
+    ops::situ_glu(nan_in, one, 2, {4.0f, 25.0f}, o);
+    CHECK((std::isnan(o[0]) && std::isnan(o[1])));
+    ops::silu_glu(nan_in, one, 2, o);
+    CHECK((std::isnan(o[0]) && std::isnan(o[1])));
   }
-  // Fused [gate | up] layout gives the same values.
-  std::vector<float> gu(2 * n), f(n);
-  for (std::int64_t i = 0; i < n; ++i) {
-    gu[i] = a[i];
-    gu[n + i] = b[i];
+}
+
+TEST_CASE("SiLU-GLU, SiTU-GLU: SIMD paths agree with the scalar path", "[ops]") {
+  test::rng r(13);
+  const std::int64_t n = 1000 + 7;
+  auto a = r.normals(n, 8.0f), b = r.normals(n, 60.0f);
+  std::vector<float> ss(n), st(n), vs(n), vt(n);
+  {
+    scoped_isa pin(isa::scalar);
+    ops::silu_glu(a.data(), b.data(), n, ss.data());
+    ops::situ_glu(a.data(), b.data(), n, {4.0f, 25.0f}, st.data());
   }
-  ops::situ_glu_fused(gu.data(), 1, n, {4.0f, 25.0f}, f.data());
-  CHECK(f == t);
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    INFO("isa=" << to_string(path));
+    ops::silu_glu(a.data(), b.data(), n, vs.data());
+    ops::situ_glu(a.data(), b.data(), n, {4.0f, 25.0f}, vt.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      INFO("i=" << i << " a=" << a[i] << " b=" << b[i]);
+      REQUIRE(std::fabs(vs[i] - ss[i]) <= 1e-6f * std::fabs(ss[i]) + 1e-30f);
+      REQUIRE(std::fabs(vt[i] - st[i]) <= 1e-6f * std::fabs(st[i]) + 1e-30f);
+    }
+  }
 }
 
 TEST_CASE("fast_tanh and fast_sigmoid match fp64 over the whole range, NaN stays NaN", "[ops]") {
