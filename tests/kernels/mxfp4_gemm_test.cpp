@@ -109,28 +109,39 @@ TEST_CASE("mxfp4 gemm: NaN scale poisons exactly its row", "[mxfp4][gemm]") {
 TEST_CASE("mxfp4 gemm: in a batch, a token's result does not depend on the other tokens", "[mxfp4][gemm]") {
   // Batches of 7+ tokens run with the tokens in the lanes of one tile (AVX-512); every lane
   // sums its own products in one order, so a token gives the same bits in a tile of 9 as in a
-  // tile of 16 with different neighbours, over row tails (16 + 8 + 4 + 2 + 1) and column
-  // chunks (8 + 8 + 3 blocks). The scalar path has the same property; AVX2 is checked to 1e-6.
+  // tile of 16 or of 32 (two vectors) with different neighbours, over row tails (16 + 8 + 4 +
+  // 2 + 1; 12 + 12 + 4 + 2 + 1) and column chunks (8 + 8 + 3 blocks). The scalar path has the
+  // same property; AVX2 is checked to 1e-6.
   const std::uint64_t seed = 7;
   INFO("seed=" << seed);
   test::rng r(seed);
   const auto w = random_matrix(r, 16 + 8 + 4 + 2 + 1, 19 * 32);
   auto x16 = r.normals(16 * w.cols);
   auto x9 = r.normals(9 * w.cols);
-  std::copy(x16.begin(), x16.begin() + 5 * w.cols, x9.begin()); // tokens 0..4 shared, 5..8 differ
+  auto x30 = r.normals(30 * w.cols);
+  std::copy(x16.begin(), x16.begin() + 5 * w.cols, x9.begin()); // tokens 0..4 shared, the rest differ
+  std::copy(x16.begin(), x16.begin() + 5 * w.cols, x30.begin());
   for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
     INFO("isa=" << to_string(path));
-    std::vector<float> y16(16 * w.rows), y9(9 * w.rows);
+    std::vector<float> y16(16 * w.rows), y9(9 * w.rows), y30(30 * w.rows);
     gemm(x16.data(), w.cols, 16, matrix_view::of(w), y16.data(), w.rows);
     gemm(x9.data(), w.cols, 9, matrix_view::of(w), y9.data(), w.rows);
+    gemm(x30.data(), w.cols, 30, matrix_view::of(w), y30.data(), w.rows);
     for (std::int64_t t = 0; t < 5; ++t)
       for (std::int64_t q = 0; q < w.rows; ++q) {
         INFO("token " << t << " row " << q);
-        if (path == isa::avx2) CHECK(std::fabs(y9[t * w.rows + q] - y16[t * w.rows + q]) <= 1e-6 * (1 + std::fabs(y16[t * w.rows + q])));
-        else REQUIRE(y9[t * w.rows + q] == y16[t * w.rows + q]);
+        const float want = y16[t * w.rows + q];
+        if (path == isa::avx2) {
+          CHECK(std::fabs(y9[t * w.rows + q] - want) <= 1e-6 * (1 + std::fabs(want)));
+          CHECK(std::fabs(y30[t * w.rows + q] - want) <= 1e-6 * (1 + std::fabs(want)));
+        } else {
+          REQUIRE(y9[t * w.rows + q] == want);
+          REQUIRE(y30[t * w.rows + q] == want);
+        }
       }
     check_against_ref(x16, w.cols, 16, w, y16, w.rows);
+    check_against_ref(x30, w.cols, 30, w, y30, w.rows);
   }
 }
 
