@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
 #include "kernels/ops/norms.hpp"
 
@@ -54,6 +55,12 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
   // Per channel a sliding window over [state | x]; work channel-major so the window stays in
   // registers and y may alias x (each x[t, c] is read before y[t, c] is written).
   const std::int64_t blocks = (C + 255) / 256;
+  if (active_isa() == isa::avx512) {
+    parallel_for_work(blocks, T * C * K, [&](std::int64_t blk) {
+      detail::short_conv_avx512(x, T, C, w, K, state, y, blk * 256, std::min(C, (blk + 1) * 256));
+    });
+    return;
+  }
   auto conv_block = [&](std::int64_t blk) {
     float hist[16];
     for (std::int64_t c = blk * 256; c < std::min(C, (blk + 1) * 256); ++c) {

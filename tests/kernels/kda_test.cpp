@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kernels/common/cpu_features.hpp"
 #include "kernels/kda/kda.hpp"
 #include "kernels/kda/kda_ref.hpp"
 #include "tests/support/test_util.hpp"
@@ -68,21 +69,34 @@ TEST_CASE("kda gates match fp64 and stay in range", "[kda]") {
 
 TEST_CASE("kda short conv with carried state equals one pass and the fp64 formula", "[kda]") {
   test::rng r(2);
-  const std::int64_t T = 13, C = 37;
-  const int K = 4;
-  auto x = r.normals(T * C), w = r.normals(C * K);
-  std::vector<float> st(C * (K - 1), 0.0f), y(T * C);
-  short_conv(x.data(), T, C, w.data(), K, st.data(), y.data());
-  std::vector<double> rst, ry;
-  short_conv_ref(x.data(), T, C, w.data(), K, rst, ry);
-  CHECK(test::rel_rmse(std::span<const float>(y), std::span<const double>(ry)) < 1e-6);
-  CHECK(test::rel_rmse(std::span<const float>(st), std::span<const double>(rst)) == 0.0);
-  // Split 5 + 1 + 7 tokens with the state carried, in place (y aliases x).
-  std::vector<float> st2(C * (K - 1), 0.0f), x2 = x;
-  for (auto [a, b] : {std::pair{0, 5}, std::pair{5, 6}, std::pair{6, 13}})
-    short_conv(x2.data() + a * C, b - a, C, w.data(), K, st2.data(), x2.data() + a * C);
-  CHECK(x2 == y);
-  CHECK(st2 == st);
+  const std::int64_t T = 13, C = 37; // two full channel vectors and a tail of 5
+  for (isa path : test::isa_paths())
+    for (int K : {4, 1, 3, 7}) { // the model's 4 and the generic window
+      scoped_isa pin(path);
+      INFO("isa=" << to_string(path) << " K=" << K);
+      auto x = r.normals(T * C), w = r.normals(C * K);
+      std::vector<float> st(C * (K - 1), 0.0f), y(T * C);
+      short_conv(x.data(), T, C, w.data(), K, st.data(), y.data());
+      std::vector<double> rst, ry;
+      short_conv_ref(x.data(), T, C, w.data(), K, rst, ry);
+      CHECK(test::rel_rmse(std::span<const float>(y), std::span<const double>(ry)) < 1e-6);
+      for (std::size_t i = 0; i < y.size(); ++i) REQUIRE(std::fabs(y[i] - ry[i]) <= 1e-5 * std::fabs(ry[i]) + 1e-6);
+      CHECK(test::rel_rmse(std::span<const float>(st), std::span<const double>(rst)) == 0.0);
+      // Split 5 + 1 + 7 tokens with the state carried, in place (y aliases x).
+      std::vector<float> st2(C * (K - 1), 0.0f), x2 = x;
+      for (auto [a, b] : {std::pair{0, 5}, std::pair{5, 6}, std::pair{6, 13}})
+        short_conv(x2.data() + a * C, b - a, C, w.data(), K, st2.data(), x2.data() + a * C);
+      CHECK(x2 == y);
+      CHECK(st2 == st);
+      // A NaN input poisons its own channel only, from its token on while in the window.
+      auto xn = x;
+      xn[3 * C + 20] = NAN;
+      std::vector<float> st3(C * (K - 1), 0.0f), yn(T * C);
+      short_conv(xn.data(), T, C, w.data(), K, st3.data(), yn.data());
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t c = 0; c < C; ++c)
+          REQUIRE(std::isnan(yn[t * C + c]) == (c == 20 && t >= 3 && t < 3 + K));
+    }
 }
 
 TEST_CASE("kda recurrent matches the fp64 recurrence", "[kda]") {
