@@ -94,8 +94,12 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
   volatile std::uint64_t sink = 0;
   auto stream_pass = [&] { sink = sink + stream_read(regions); };
 
-  table t({{"kernel", 26}, {"M", 4}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"tok-GEMV/s", 11}});
-  for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{16, mxfp4::activations::fp32},
+  // M = 1 is decode; 8, 16 and 64 tokens per expert are batched decode and prefill (the batch
+  // kernel takes 7+ tokens with the tokens in the lanes).
+  table t({{"kernel", 26}, {"M", 4}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"tok-GEMV/s", 11},
+           {"GFLOP/s", 8}});
+  for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{8, mxfp4::activations::fp32},
+                                std::pair{16, mxfp4::activations::fp32}, std::pair{64, mxfp4::activations::fp32},
                                 std::pair{1, mxfp4::activations::bf16}, std::pair{16, mxfp4::activations::bf16}}) {
     if (act == mxfp4::activations::bf16 && !bf16_dot_available()) continue; // no AVX512-BF16 here
     const std::int64_t rows = static_cast<std::int64_t>(experts_per_layer) * m;
@@ -126,8 +130,9 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
     const double gk = total_bytes / tk / 1e9, gs = total_bytes / ts / 1e9;
     const double gemvs = static_cast<double>(n_experts) * 3 * m / tk;
+    const double flops = 2.0 * static_cast<double>(n_experts) * 3 * static_cast<double>(inter * hidden) * m;
     t.row({act == mxfp4::activations::bf16 ? "grouped, bf16 activations" : "grouped w1+w3+w2, 16/layer", std::to_string(m), fmt(gk),
-           fmt(gs), fmt(gk / gs), fmt(gemvs, 0)});
+           fmt(gs), fmt(gk / gs), fmt(gemvs, 0), fmt(flops / tk / 1e9, 1)});
   }
   (void)sink;
   return 0;
