@@ -2,9 +2,12 @@
 // Dense GEMM with bf16 or fp32 weights and fp32 activations (optionally rounded to bf16):  y[m, n] = Σ_k x[m, k] · W[n, k]
 // (W row-major [n, k] as stored in safetensors, i.e. y = x · Wᵀ).
 //
-// bf16 weights: for m ≤ 64 (decode, batched decode) a hand-written GEMV streams W once (small
-// calls on the calling thread); for larger m (prefill) W is widened in 256-row × 512-column
-// blocks and multiplied with OpenBLAS sgemm, accumulating over k. fp32 weights go to OpenBLAS.
+// bf16 weights: for m ≤ 64 (decode, batched decode) hand-written kernels stream W once (small
+// calls on the calling thread): the GEMV (a lane per column) below 7 tokens, and on AVX-512
+// with fp32 activations from 7 tokens tiles of 16/32 tokens in the lanes (each (token, row)
+// sum in k order, independent of the tile's other tokens); for larger m (prefill) W is widened
+// in 256-row × 512-column blocks and multiplied with OpenBLAS sgemm, accumulating over k. fp32
+// weights go to OpenBLAS.
 //
 // Activations (k3::activations): fp32 — every path multiplies the fp32 activations (the exact
 // contract). bf16 — the activations are rounded to bf16 once per call; on CPUs with
@@ -42,6 +45,13 @@ void gemv_bf16_rows_avx512(const float*, std::int64_t, std::int64_t, const bf16_
 /// AVX512-BF16 (bf16_dot_available()).
 void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t m, const bf16_t* w,
                                std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+/// Batch tile (AVX-512, tokens in lanes): y[t, r] for t < tg ≤ 16 · vectors (vectors 1 or 2),
+/// rows [r0, r1), from xt = the tile's activations transposed to [k][16 · vectors] (64-byte
+/// aligned, lanes ≥ tg zero); wt: 64-byte aligned scratch of 16 · bcast_chunk floats. Each
+/// (t, r) sum runs over k in order, one FMA per step.
+constexpr std::int64_t bcast_chunk = 256;
+void gemm_bf16_tile_avx512(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
+                           std::int64_t r1, float* y, std::int64_t ldy, float* wt);
 } // namespace detail
 
 } // namespace k3::dense
