@@ -8,6 +8,7 @@ int run_kernel_benchmarks(const kernel_bench_options& opts) {
   if (opts.only.empty() || opts.only == "dense") rc |= run_dense_bench(opts);
   if (opts.only.empty() || opts.only == "kda") rc |= run_kda_bench(opts);
   if (opts.only.empty() || opts.only == "mla") rc |= run_mla_bench(opts);
+  if (opts.only.empty() || opts.only == "ops") rc |= run_ops_bench(opts);
   return rc;
 }
 

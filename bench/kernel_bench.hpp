@@ -6,6 +6,7 @@
 //    of the same bytes measured in the same run.
 //  * KDA prefill: chunked vs token-by-token recurrent, same inputs, same run.
 //  * MLA attention at a 4K-token context: tiled vs row-wise kernel, prefill and decode.
+//  * Elementwise ops (SiTU/SiLU-GLU, KDA short conv): the active ISA vs the scalar path.
 // Each benchmark validates its kernel against the reference before timing it.
 
 #include <string>
@@ -13,7 +14,7 @@
 namespace k3::bench {
 
 struct kernel_bench_options {
-  std::string only;          ///< "", "mxfp4", "kda", "dense", "mla"
+  std::string only;          ///< "", "mxfp4", "kda", "dense", "mla", "ops"
   double working_set_gib = 1.0; ///< MXFP4 bytes cycled over (≥ 1 GiB defeats a 32 MiB L3)
   int kda_tokens = 4096;
   int kda_heads = 16;
@@ -28,5 +29,6 @@ int run_mxfp4_bench(const kernel_bench_options& opts);
 int run_kda_bench(const kernel_bench_options& opts);
 int run_dense_bench(const kernel_bench_options& opts);
 int run_mla_bench(const kernel_bench_options& opts);
+int run_ops_bench(const kernel_bench_options& opts);
 
 } // namespace k3::bench
