@@ -2,8 +2,10 @@
 // SiLU-GLU (Kimi Linear) and KDA's short convolution + SiLU — on the active ISA against the
 // scalar path, same inputs, same run. Each validates the active path against the scalar one
 // (within 1e-5 relative + 1e-6) before timing.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
