@@ -23,6 +23,8 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 
+#include "kernels/common/lanes_gemm_avx512.hpp"
+
 namespace k3::mxfp4::detail {
 namespace {
 
@@ -134,71 +136,35 @@ void tile512(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std
 // then odd in the lane order of the decode), independent of the chunking and of the other
 // tokens in the tile.
 
-constexpr std::int64_t bc_blocks = 8; // blocks per decode chunk: wt = 16 rows × 256 × 4 B = 16 KiB
+constexpr std::int64_t bc_blocks = simd512::lanes_chunk / block_size; // blocks per decode chunk (8)
 
-// Rows [r, r + R) × blocks [b0, b0 + nbk) → wt[R][bc_blocks · 32] in decode lane order (a fixed
-// row stride, so the micro-kernel addresses every row from one base register).
-template <int R>
-void decode_band(const matrix_view& w, std::int64_t r, std::int64_t b0, std::int64_t nbk, const float* luts,
-                 float* wt) {
-  const __m512i lane_shift = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
-  const std::int64_t nb = w.cols / block_size, rb = w.cols / 2;
-  for (int i = 0; i < R; ++i) {
-    const std::uint8_t* p = w.packed + (r + i) * rb + b0 * 16;
-    const std::uint8_t* sc = w.scales + (r + i) * nb + b0;
-    float* out = wt + i * bc_blocks * 32;
-    // The rows are read in short runs (nbk · 16 bytes each, then the next row): prefetch this
-    // row's next chunk, which the hardware streamer would not see coming.
-    _mm_prefetch(reinterpret_cast<const char*>(p + bc_blocks * 16), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + bc_blocks * 16 + 64), _MM_HINT_T0);
-    for (std::int64_t b = 0; b < nbk; ++b) {
-      const __m512i q = _mm512_srlv_epi32(
-          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + b * 16))), lane_shift);
-      const __m512 lut = _mm512_load_ps(luts + 16 * static_cast<int>(sc[b]));
-      _mm512_store_ps(out + b * 32, _mm512_permutexvar_ps(q, lut));
-      _mm512_store_ps(out + b * 32 + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), lut));
-    }
-  }
-}
-
-// acc[i][v] (16 token lanes each) += Σ_p wt[i][p] · xt[p][v] over positions [0, n), p in order.
-// V = 2 (32-token tiles) halves the broadcasts per FMA and the decodes per token.
-template <int R, int V>
-void bcast_micro(const float* wt, std::int64_t n, const float* xt, __m512* acc) {
-  constexpr std::int64_t ldw = bc_blocks * 32;
-  __m512 a[R][V];
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < V; ++v) a[i][v] = acc[i * V + v];
-  for (std::int64_t p = 0; p < n; ++p) {
-    __m512 xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = _mm512_load_ps(xt + (p * V + v) * 16);
+// Fills wt[R][lanes_chunk] with rows [r, r + R) × positions [p0, p0 + n) decoded to fp32 in
+// decode lane order (p0 and n are whole blocks: the columns are a multiple of 32).
+struct decode_rows {
+  const matrix_view& w;
+  const float* luts;
+  template <int R>
+  void operator()(std::int64_t r, std::int64_t p0, std::int64_t n, float* wt) const {
+    const __m512i lane_shift = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, b0 = p0 / block_size, nbk = n / block_size;
     for (int i = 0; i < R; ++i) {
-      const __m512 wv = _mm512_set1_ps(wt[i * ldw + p]);
-      for (int v = 0; v < V; ++v) a[i][v] = _mm512_fmadd_ps(wv, xv[v], a[i][v]);
+      const std::uint8_t* p = w.packed + (r + i) * rb + b0 * 16;
+      const std::uint8_t* sc = w.scales + (r + i) * nb + b0;
+      float* out = wt + i * simd512::lanes_chunk;
+      // The rows are read in short runs (nbk · 16 bytes each, then the next row): prefetch this
+      // row's next chunk, which the hardware streamer would not see coming.
+      _mm_prefetch(reinterpret_cast<const char*>(p + bc_blocks * 16), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + bc_blocks * 16 + 64), _MM_HINT_T0);
+      for (std::int64_t b = 0; b < nbk; ++b) {
+        const __m512i q = _mm512_srlv_epi32(
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + b * 16))), lane_shift);
+        const __m512 lut = _mm512_load_ps(luts + 16 * static_cast<int>(sc[b]));
+        _mm512_store_ps(out + b * 32, _mm512_permutexvar_ps(q, lut));
+        _mm512_store_ps(out + b * 32 + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), lut));
+      }
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < V; ++v) acc[i * V + v] = a[i][v];
-}
-
-// Rows [r, r + R) for one token tile (16·V lanes, tg used) over every column; sums to y.
-template <int R, int V>
-void bcast_rows(const matrix_view& w, std::int64_t r, const float* xt, int tg, const float* luts, float* wt,
-                float* y, std::int64_t ldy) {
-  const std::int64_t nb = w.cols / block_size;
-  __m512 acc[R * V];
-  for (int i = 0; i < R * V; ++i) acc[i] = _mm512_setzero_ps();
-  for (std::int64_t b0 = 0; b0 < nb; b0 += bc_blocks) {
-    const std::int64_t nbk = nb - b0 < bc_blocks ? nb - b0 : bc_blocks;
-    decode_band<R>(w, r, b0, nbk, luts, wt);
-    bcast_micro<R, V>(wt, nbk * 32, xt + b0 * 32 * 16 * V, acc);
-  }
-  alignas(64) float lanes[16 * V];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) _mm512_store_ps(lanes + 16 * v, acc[i * V + v]);
-    for (int t = 0; t < tg; ++t) y[t * ldy + r + i] = lanes[t];
-  }
-}
+};
 
 // Column of x for decode position i (0..31) of a block: lanes 0..15 are the even columns, 16..31
 // the odd ones; lane 4L+j holds byte 4j+L of the block (see lane_shift).
@@ -220,14 +186,8 @@ void tile_bcast(const float* x, std::int64_t ldx, int tg, const matrix_view& w, 
       const float* src = x + b * 32 + colmap[i];
       for (int t = 0; t < 16 * V; ++t) dst[t] = t < tg ? src[t * ldx] : 0.0f;
     }
-  // Row bands: 16 rows at one vector of tokens, 12 at two (24 accumulators); then tails.
-  constexpr int RB = V == 1 ? 16 : 12;
-  std::int64_t r = r0;
-  for (; r + RB <= r1; r += RB) bcast_rows<RB, V>(w, r, xt, tg, luts, wt, y, ldy);
-  if (r + 8 <= r1) { bcast_rows<8, V>(w, r, xt, tg, luts, wt, y, ldy); r += 8; }
-  if (r + 4 <= r1) { bcast_rows<4, V>(w, r, xt, tg, luts, wt, y, ldy); r += 4; }
-  if (r + 2 <= r1) { bcast_rows<2, V>(w, r, xt, tg, luts, wt, y, ldy); r += 2; }
-  if (r < r1) bcast_rows<1, V>(w, r, xt, tg, luts, wt, y, ldy);
+  decode_rows fill{w, luts};
+  simd512::lanes_rows<V>(fill, r0, r1, w.cols, xt, tg, wt, y, ldy);
 }
 
 } // namespace
