@@ -27,6 +27,7 @@ struct model_bench_options {
   int depth = 0;           ///< -d: tokens already in the context before tg
   double seconds = 3.0;    ///< floor measurement: seconds of alternating decode / streaming read
   bool bf16_activations = false; ///< --bf16-activations: the opt-in vdpbf16ps numerics
+  bool int8_activations = false; ///< --int8-activations: the opt-in int8 expert numerics
 };
 
 int run_model_benchmark(const model_bench_options& o);

@@ -9,6 +9,7 @@
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
 #include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/mxfp4/mxfp4_q8.hpp"
 #include "kernels/mxfp4/mxfp4_ref.hpp"
 
 namespace k3::bench {
@@ -87,6 +88,17 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     const double rel = std::sqrt(num / den);
     std::printf("validation: M=16 vs fp64 reference rel-RMSE %.2e %s\n", rel, rel < 1e-6 ? "ok" : "FAILED");
     if (!(rel < 1e-6)) return 1;
+    if (int8_dot_available()) { // the VNNI kernel must reproduce its definition exactly
+      std::vector<float> yq(y.size()), want(y.size());
+      mxfp4::gemm(x.data(), hidden, 16, ex[0].w1, yq.data(), inter, mxfp4::activations::int8);
+      mxfp4::q8_reference(x.data(), hidden, 16, ex[0].w1, 0, inter, want.data(), inter);
+      double qn = 0;
+      for (std::size_t i = 0; i < y.size(); ++i) qn += (yq[i] - ref[i]) * (yq[i] - ref[i]);
+      const bool exact = std::memcmp(yq.data(), want.data(), yq.size() * sizeof(float)) == 0;
+      std::printf("validation: int8 activations M=16 %s the int8 reference; vs fp64 of the fp32 input rel-RMSE %.2e\n",
+                  exact ? "equals" : "DIFFERS FROM", std::sqrt(qn / den));
+      if (!exact) return 1;
+    }
   }
 
   std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {{packed.data(), packed_bytes},
@@ -94,14 +106,20 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
   volatile std::uint64_t sink = 0;
   auto stream_pass = [&] { sink = sink + stream_read(regions); };
 
-  // M = 1 is decode; 8, 16 and 64 tokens per expert are batched decode and prefill (the batch
-  // kernel takes 7+ tokens with the tokens in the lanes).
+  // M = 1 is decode; 4, 8, 16 and 64 tokens per expert are batched decode and prefill (the fp32
+  // batch kernel takes 7+ tokens with the tokens in the lanes). int8 rows: the opt-in int8
+  // activations on AVX512-VNNI (tiles of 16 tokens from 5 tokens per expert, below that the
+  // few-token kernel).
   table t({{"kernel", 26}, {"M", 4}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"tok-GEMV/s", 11},
            {"GFLOP/s", 8}});
-  for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{8, mxfp4::activations::fp32},
-                                std::pair{16, mxfp4::activations::fp32}, std::pair{64, mxfp4::activations::fp32},
-                                std::pair{1, mxfp4::activations::bf16}, std::pair{16, mxfp4::activations::bf16}}) {
+  for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{4, mxfp4::activations::fp32},
+                                std::pair{8, mxfp4::activations::fp32}, std::pair{16, mxfp4::activations::fp32},
+                                std::pair{64, mxfp4::activations::fp32}, std::pair{1, mxfp4::activations::bf16},
+                                std::pair{16, mxfp4::activations::bf16}, std::pair{1, mxfp4::activations::int8},
+                                std::pair{4, mxfp4::activations::int8}, std::pair{8, mxfp4::activations::int8},
+                                std::pair{16, mxfp4::activations::int8}, std::pair{64, mxfp4::activations::int8}}) {
     if (act == mxfp4::activations::bf16 && !bf16_dot_available()) continue; // no AVX512-BF16 here
+    if (act == mxfp4::activations::int8 && !int8_dot_available()) continue; // no AVX512-VNNI here
     const std::int64_t rows = static_cast<std::int64_t>(experts_per_layer) * m;
     std::vector<float> x(static_cast<std::size_t>(rows * hidden)), h(static_cast<std::size_t>(rows * inter)),
         y1(static_cast<std::size_t>(rows * inter)), y3(y1.size()), y2(static_cast<std::size_t>(rows * hidden));
@@ -131,7 +149,10 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     const double gk = total_bytes / tk / 1e9, gs = total_bytes / ts / 1e9;
     const double gemvs = static_cast<double>(n_experts) * 3 * m / tk;
     const double flops = 2.0 * static_cast<double>(n_experts) * 3 * static_cast<double>(inter * hidden) * m;
-    t.row({act == mxfp4::activations::bf16 ? "grouped, bf16 activations" : "grouped w1+w3+w2, 16/layer", std::to_string(m), fmt(gk),
+    const char* label = act == mxfp4::activations::bf16   ? "grouped, bf16 activations"
+                        : act == mxfp4::activations::int8 ? "grouped, int8 activations"
+                                                          : "grouped w1+w3+w2, 16/layer";
+    t.row({label, std::to_string(m), fmt(gk),
            fmt(gs), fmt(gk / gs), fmt(gemvs, 0), fmt(flops / tk / 1e9, 1)});
   }
   (void)sink;

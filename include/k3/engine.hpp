@@ -66,6 +66,7 @@ struct engine_options {
   bool quantize_experts = false;               ///< bf16 experts → MXFP4 at load
   bool exact_fp32 = false;                     ///< reference numerics (tests)
   bool bf16_activations = false;               ///< bf16 activations into bf16/MXFP4 matmuls (CPU; opt-in)
+  bool int8_activations = false;               ///< int8 activations into the MXFP4 experts (CPU, VNNI; opt-in)
   bool null_executor = false;                  ///< zero-cost steps (runtime-overhead benchmark)
   /// "cpu" (default) or "cuda" / "cuda:N": run the model on CUDA device N (the CUDA executor
   /// under the stream actor, weights and KV pools in device memory). With cuda the KV budget

@@ -37,8 +37,12 @@ using bf16_t = std::uint16_t;
 /// rounded to bf16 (nearest even) once per call and products are summed in fp32 — what
 /// vdpbf16ps computes natively (the model's opt-in `bf16_activations`); kernels without it
 /// compute the same products in fp32 from the rounded values, so the definition does not depend
-/// on the CPU or the batch (only the summation order does).
-enum class activations { fp32, bf16 };
+/// on the CPU or the batch (only the summation order does). int8 (MXFP4 expert matmuls only;
+/// the model's opt-in `int8_activations`): each 32-column block of a token is rounded to a
+/// symmetric int8 grid (see kernels/mxfp4/mxfp4_q8.hpp) and AVX512-VNNI sums the integer
+/// products exactly; other kernels multiply the same rounded values in fp32. Dense kernels
+/// treat int8 as fp32.
+enum class activations { fp32, bf16, int8 };
 
 void bf16_to_f32(const bf16_t* src, float* dst, std::int64_t n) noexcept;
 void f32_to_bf16(const float* src, bf16_t* dst, std::int64_t n) noexcept;

@@ -70,4 +70,12 @@ bool bf16_dot_available() noexcept {
   return cpu && active_isa() == isa::avx512;
 }
 
+bool int8_dot_available() noexcept {
+  static const bool cpu = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") != 0;
+  }();
+  return cpu && active_isa() == isa::avx512;
+}
+
 } // namespace k3

@@ -30,6 +30,9 @@ isa set_isa_override(isa level) noexcept;
 /// AVX512-BF16 (vdpbf16ps) usable now: the CPU has it and the active ISA is AVX-512.
 [[nodiscard]] bool bf16_dot_available() noexcept;
 
+/// AVX512-VNNI (vpdpbusd) usable now: the CPU has it and the active ISA is AVX-512.
+[[nodiscard]] bool int8_dot_available() noexcept;
+
 /// Parses "scalar", "avx2", "avx512"; false on anything else.
 bool parse_isa(std::string_view text, isa& out) noexcept;
 

@@ -60,6 +60,7 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
                float* y, std::int64_t ldy, activations a) {
   check(x, ldx, m, w, n, k, y, ldy, "dense::gemm_bf16");
   if (m == 0 || n == 0) return;
+  if (a == activations::int8) a = activations::fp32; // int8 is for MXFP4 weights only
   const bool gemv = m <= gemv_max_m || k == 0;
   const std::int64_t tile = std::max<std::int64_t>(16, (n + 8 * kernel_threads() - 1) / (8 * kernel_threads()));
   const std::int64_t t4 = (tile + 3) / 4 * 4;

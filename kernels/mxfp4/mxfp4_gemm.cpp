@@ -7,6 +7,7 @@
 
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
+#include "kernels/mxfp4/mxfp4_q8.hpp"
 
 namespace k3::mxfp4 {
 namespace {
@@ -57,6 +58,76 @@ std::int64_t row_tile(std::int64_t rows, std::int64_t m) {
   return (tile + 3) / 4 * 4;
 }
 
+// A pool work item of grouped_gemm: rows [r0, r1) of segment seg.
+struct item {
+  std::size_t seg;
+  std::int64_t r0, r1;
+};
+
+
+// grouped_gemm for activations::int8 where AVX512-VNNI is usable. First every token is
+// quantized once, in parallel: a large segment's tokens into 16-token tiles, a small segment's
+// tokens each into the few-token layout. Then the row items run.
+void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment> segments,
+                const std::vector<item>& items, float* y, std::int64_t ldy) {
+  const std::int64_t cols = segments.front().w.cols;
+  const std::int64_t tile_bytes = q8_tile_bytes(cols), vec_bytes = q8_vec_bytes(cols);
+  // Per segment: its first tile, or for a small one its first token vector.
+  std::vector<std::int64_t> first(segments.size(), 0);
+  struct job {
+    std::int64_t row, tokens; // tokens == 0: one token in the few-token layout
+  };
+  std::vector<job> tile_jobs, vec_jobs;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    const std::int64_t n = s.end - s.begin;
+    if (n <= 0 || s.w.rows == 0) continue;
+    if (n < q8_min_tokens) {
+      first[i] = static_cast<std::int64_t>(vec_jobs.size());
+      for (std::int64_t t = 0; t < n; ++t) vec_jobs.push_back({s.begin + t, 0});
+      continue;
+    }
+    first[i] = static_cast<std::int64_t>(tile_jobs.size());
+    for (std::int64_t t = 0; t < n; t += q8_tile_tokens)
+      tile_jobs.push_back({s.begin + t, std::min<std::int64_t>(q8_tile_tokens, n - t)});
+  }
+  const auto n_tiles = static_cast<std::int64_t>(tile_jobs.size()), n_vecs = static_cast<std::int64_t>(vec_jobs.size());
+  thread_local std::vector<std::uint8_t> storage;
+  thread_local std::vector<q8_tile> tiles;
+  thread_local std::vector<const std::uint8_t*> vecs;
+  storage.resize(static_cast<std::size_t>(n_tiles * tile_bytes + n_vecs * vec_bytes + 64));
+  tiles.resize(tile_jobs.size());
+  vecs.resize(vec_jobs.size());
+  std::uint8_t* base = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+  std::uint8_t* vec_base = base + n_tiles * tile_bytes;
+  for (std::int64_t k = 0; k < n_vecs; ++k) vecs[static_cast<std::size_t>(k)] = vec_base + k * vec_bytes;
+  // The pool's threads must see this thread's buffers, not their own thread_locals.
+  q8_tile* tile = tiles.data();
+  const std::uint8_t* const* vec = vecs.data();
+  parallel_for_work(n_tiles + n_vecs, (n_tiles * 16 + n_vecs) * cols * 8, [&](std::int64_t k) {
+    if (k < n_tiles) {
+      const job& j = tile_jobs[static_cast<std::size_t>(k)];
+      tile[k] = detail::q8_make_tile_avx512(x + j.row * ldx, ldx, static_cast<int>(j.tokens), cols, base + k * tile_bytes);
+    } else {
+      const job& j = vec_jobs[static_cast<std::size_t>(k - n_tiles)];
+      detail::q8_make_vec_avx512(x + j.row * ldx, cols, vec_base + (k - n_tiles) * vec_bytes);
+    }
+  });
+  std::int64_t work = 0;
+  for (const auto& s : segments) work += (s.end - s.begin) * s.w.rows * s.w.cols;
+  parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
+    const item& it = items[static_cast<std::size_t>(k)];
+    const auto& s = segments[it.seg];
+    const std::int64_t n = s.end - s.begin;
+    const std::int64_t f = first[it.seg];
+    if (n >= q8_min_tokens)
+      detail::q8_rows_avx512vnni(tile + f, (n + q8_tile_tokens - 1) / q8_tile_tokens, s.w, it.r0, it.r1,
+                                 y + s.begin * ldy, ldy);
+    else
+      detail::q8_gemv_avx512vnni(vec + f, static_cast<int>(n), s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+  });
+}
+
 } // namespace
 
 void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t row_begin,
@@ -72,6 +143,11 @@ void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w
           activations a) {
   check(x, ldx, m, w, y, ldy, "mxfp4::gemm");
   if (m == 0 || w.rows == 0) return;
+  if (a == activations::int8) {
+    const expert_segment one{w, 0, m};
+    grouped_gemm(x, ldx, std::span<const expert_segment>(&one, 1), y, ldy, a);
+    return;
+  }
   auto fn = select();
   thread_local std::vector<float> xr;
   if (use_dot(a, w.cols)) {
@@ -89,10 +165,6 @@ void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w
 
 void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
                   std::int64_t ldy, activations a) {
-  struct item {
-    std::size_t seg;
-    std::int64_t r0, r1;
-  };
   std::vector<item> items;
   std::int64_t total_rows = 0, x_rows = 0;
   for (const auto& s : segments) {
@@ -111,11 +183,20 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     tile = (tile + 3) / 4 * 4;
     for (std::int64_t r = 0; r < s.w.rows; r += tile) items.push_back({i, r, std::min(s.w.rows, r + tile)});
   }
-  // bf16 activations without the dot kernel: round once here, then the fp32 kernel.
   const std::int64_t cols = segments.front().w.cols;
+  if (a == activations::int8 && int8_dot_available()) {
+    grouped_q8(x, ldx, segments, items, y, ldy);
+    return;
+  }
+  // bf16 or int8 activations without the dot kernel: round once here, then the fp32 kernel.
   auto fn = select();
   thread_local std::vector<float> buf;
-  if (use_dot(a, cols)) {
+  if (a == activations::int8) {
+    buf.resize(static_cast<std::size_t>(x_rows * cols));
+    q8_round_rows(x, ldx, x_rows, cols, buf.data());
+    x = buf.data();
+    ldx = cols;
+  } else if (use_dot(a, cols)) {
     fn = detail::gemm_rows_avx512bf16;
   } else if (a == activations::bf16) {
     x = rounded(x, ldx, x_rows, cols, buf);

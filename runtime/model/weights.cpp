@@ -100,6 +100,7 @@ public:
   binder(checkpoint& ck, const load_options& opt, progress_bar& bar) : ck_(ck), opt_(opt), bar_(bar) {}
 
   [[nodiscard]] bool bf16_activations() const noexcept { return opt_.bf16_activations && !opt_.exact_fp32; }
+  [[nodiscard]] bool int8_activations() const noexcept { return opt_.int8_activations && !opt_.exact_fp32; }
 
   [[noreturn]] void bad(const tensor_info& t, const std::string& what) const {
     throw checkpoint_error(*t.file + ": tensor " + t.name + " " + what);
@@ -294,7 +295,9 @@ void bind_moe(binder& b, const model_config& c, const std::string& p, moe_weight
   const std::int64_t Hd = c.hidden, E = c.num_experts, X = c.expert_width(), I = c.moe_inter;
   w.gate = b.matrix(p + "gate.weight", E, Hd);
   w.gate.act = activations::fp32; // routing decisions stay fp32 (spec: router in fp32)
-  w.expert_act = b.bf16_activations() ? activations::bf16 : activations::fp32;
+  w.expert_act = b.int8_activations()   ? activations::int8
+                 : b.bf16_activations() ? activations::bf16
+                                        : activations::fp32;
   w.bias.assign(static_cast<std::size_t>(E), 0.0f); // Kimi Linear exports may omit the bias
   if (const auto* t = b.take_optional(p + "gate.e_score_correction_bias")) {
     b.expect_float(*t);

@@ -1,0 +1,225 @@
+// int8 activations for MXFP4 matmuls (activations::int8): the rounding rule, the scalar
+// reference against fp64, the AVX512-VNNI kernel bit for bit against the reference over odd
+// shapes, the fallbacks, batch independence and NaN confinement.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/common/cpu_features.hpp"
+#include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/mxfp4/mxfp4_q8.hpp"
+#include "kernels/mxfp4/mxfp4_ref.hpp"
+#include "tests/support/test_util.hpp"
+
+using namespace k3;
+using namespace k3::mxfp4;
+
+namespace {
+
+packed_matrix random_matrix(test::rng& r, std::int64_t rows, std::int64_t cols) {
+  packed_matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.packed.resize(rows * cols / 2);
+  m.scales.resize(rows * cols / 32);
+  for (auto& b : m.packed) b = static_cast<std::uint8_t>(r.bits());
+  for (auto& s : m.scales) s = static_cast<std::uint8_t>(118 + r.below(12));
+  return m;
+}
+
+bool same_bits(float a, float b) {
+  std::uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y || (std::isnan(a) && std::isnan(b));
+}
+
+} // namespace
+
+TEST_CASE("q8 rounding: the definition's rule, zeros, tiny and non-finite blocks", "[mxfp4][q8]") {
+  test::rng r(7);
+  std::int8_t q[32];
+  for (int trial = 0; trial < 200; ++trial) {
+    auto x = r.normals(32, trial % 2 ? 1e-3f : 30.0f);
+    const float d = q8_quantize_block(x.data(), q);
+    float amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    REQUIRE(d == amax / 127.0f);
+    bool hit = false;
+    for (int i = 0; i < 32; ++i) {
+      REQUIRE(std::abs(int{q[i]}) <= 127);
+      // Round to nearest: within half a step (plus fp32 slack on the scaled value).
+      REQUIRE(std::fabs(x[i] - d * q[i]) <= 0.5f * d * (1 + 1e-5f));
+      hit = hit || std::abs(int{q[i]}) == 127;
+    }
+    REQUIRE(hit); // the largest magnitude lands on ±127
+  }
+  std::vector<float> z(32, 0.0f);
+  REQUIRE(q8_quantize_block(z.data(), q) == 0.0f);
+  z[3] = 1e-38f; // 127 / amax overflows: the block rounds to zero
+  REQUIRE(q8_quantize_block(z.data(), q) == 0.0f);
+  REQUIRE(q[3] == 0);
+  z[5] = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE(std::isnan(q8_quantize_block(z.data(), q)));
+  z[5] = -std::numeric_limits<float>::infinity();
+  REQUIRE(std::isnan(q8_quantize_block(z.data(), q)));
+  for (int i = 0; i < 32; ++i) REQUIRE(q[i] == 0);
+}
+
+TEST_CASE("q8 reference: equals fp64 on the rounded activations; stays within the int8 bound of the exact product", "[mxfp4][q8]") {
+  test::rng r(11);
+  for (const std::int64_t cols : {32, 96, 288}) {
+    const std::int64_t rows = 9, m = 3;
+    const auto w = random_matrix(r, rows, cols);
+    auto x = r.normals(m * cols);
+    std::vector<float> y(m * rows), xr(m * cols), deq(rows * cols);
+    q8_reference(x.data(), cols, m, matrix_view::of(w), 0, rows, y.data(), rows);
+    q8_round_rows(x.data(), cols, m, cols, xr.data());
+    dequantize(w.packed.data(), w.scales.data(), rows, cols, deq.data());
+    const auto ref_rounded = gemm_ref(xr.data(), cols, m, matrix_view::of(w));
+    const auto ref_exact = gemm_ref(x.data(), cols, m, matrix_view::of(w));
+    for (std::int64_t t = 0; t < m; ++t)
+      for (std::int64_t q = 0; q < rows; ++q) {
+        double mag = 0, bound = 0;
+        for (std::int64_t b = 0; b < cols / 32; ++b) {
+          double amax = 0, wsum = 0;
+          for (int i = 0; i < 32; ++i) {
+            const std::int64_t k = b * 32 + i;
+            mag += std::fabs(static_cast<double>(xr[t * cols + k]) * deq[q * cols + k]);
+            amax = std::max(amax, std::fabs(static_cast<double>(x[t * cols + k])));
+            wsum += std::fabs(static_cast<double>(deq[q * cols + k]));
+          }
+          bound += amax / 254.0 * (1 + 1e-5) * wsum;
+        }
+        INFO("cols=" << cols << " token " << t << " row " << q);
+        REQUIRE(std::fabs(y[t * rows + q] - ref_rounded[t * rows + q]) <= 1e-5 * mag + 1e-30);
+        REQUIRE(std::fabs(y[t * rows + q] - ref_exact[t * rows + q]) <= bound + 1e-5 * mag);
+      }
+  }
+}
+
+TEST_CASE("q8 tiles: the VNNI quantizer writes the reference's values in the tile layout", "[mxfp4][q8]") {
+  if (!int8_dot_available()) {
+    WARN("no AVX512-VNNI on this CPU: the int8 tile kernel is not exercised");
+    return;
+  }
+  test::rng r(13);
+  const std::int64_t cols = 160, nb = cols / 32, ldx = cols + 3;
+  for (const int tg : {1, 7, 16}) {
+    auto x = r.normals(tg * ldx, 4.0f);
+    x[2 * 32 + 7] = std::numeric_limits<float>::quiet_NaN(); // token 0, block 2
+    if (tg > 1) std::fill(x.begin() + ldx + 32, x.begin() + ldx + 64, 0.0f); // token 1, block 1
+    if (tg > 2) x[2 * ldx + 4 * 32 + 1] = std::numeric_limits<float>::infinity();
+    std::vector<std::uint8_t> storage(q8_tile_bytes(cols) + 64);
+    void* base = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+    const q8_tile t = detail::q8_make_tile_avx512(x.data(), ldx, tg, cols, base);
+    REQUIRE(t.tokens == tg);
+    std::int8_t q[32];
+    for (int tok = 0; tok < 16; ++tok)
+      for (std::int64_t b = 0; b < nb; ++b) {
+        INFO("tg=" << tg << " token " << tok << " block " << b);
+        float d = 0.0f;
+        if (tok < tg) d = q8_quantize_block(x.data() + tok * ldx + b * 32, q);
+        else std::fill(q, q + 32, std::int8_t{0});
+        REQUIRE(same_bits(t.d[b * 16 + tok], d));
+        int sum = 0;
+        for (int p = 0; p < 32; ++p) {
+          const int col = p < 16 ? 2 * p : 2 * (p - 16) + 1;
+          REQUIRE(t.q[((b * 8 + p / 4) * 16 + tok) * 4 + p % 4] == q[col]);
+          sum += q[col];
+        }
+        REQUIRE(t.corr[b * 16 + tok] == -12 * sum);
+      }
+  }
+}
+
+TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens within fp32 order); other ISAs take the rounded fp32 path", "[mxfp4][q8]") {
+  if (!int8_dot_available()) WARN("no AVX512-VNNI on this CPU: only the rounded-fp32 fallback is exercised");
+  test::rng r(20261204);
+  for (const std::int64_t rows : {1, 5, 13, 33, 130})
+    for (const std::int64_t cols : {32, 96, 160, 288, 576})
+      for (const std::int64_t m : {1, 2, 3, 4, 5, 16, 17, 33, 40}) {
+        const auto w = random_matrix(r, rows, cols);
+        const std::int64_t ldx = cols + 5, ldy = rows + 3;
+        auto x = r.normals(m * ldx);
+        std::vector<float> xr(m * cols), deq(rows * cols);
+        q8_round_rows(x.data(), ldx, m, cols, xr.data());
+        dequantize(w.packed.data(), w.scales.data(), rows, cols, deq.data());
+        for (isa path : test::isa_paths()) {
+          scoped_isa pin(path);
+          INFO("rows=" << rows << " cols=" << cols << " m=" << m << " isa=" << to_string(path));
+          std::vector<float> y(m * ldy, NAN), want(m * ldy, NAN);
+          gemm(x.data(), ldx, m, matrix_view::of(w), y.data(), ldy, activations::int8);
+          const bool vnni = int8_dot_available();
+          if (vnni) q8_reference(x.data(), ldx, m, matrix_view::of(w), 0, rows, want.data(), ldy);
+          else gemm(xr.data(), cols, m, matrix_view::of(w), want.data(), ldy, activations::fp32);
+          for (std::int64_t t = 0; t < m; ++t)
+            for (std::int64_t q = 0; q < rows; ++q) {
+              INFO("token " << t << " row " << q << " got " << y[t * ldy + q] << " want " << want[t * ldy + q]);
+              if (!vnni || m >= q8_min_tokens) {
+                REQUIRE(same_bits(y[t * ldy + q], want[t * ldy + q]));
+                continue;
+              }
+              double mag = 0;
+              for (std::int64_t k = 0; k < cols; ++k) mag += std::fabs(static_cast<double>(xr[t * cols + k]) * deq[q * cols + k]);
+              REQUIRE(std::fabs(y[t * ldy + q] - want[t * ldy + q]) <= 1e-5 * mag + 1e-30);
+            }
+        }
+      }
+}
+
+TEST_CASE("q8 grouped gemm: each segment equals its own call; a token's result does not depend on its tile mates", "[mxfp4][q8]") {
+  test::rng r(17);
+  const std::int64_t rows = 29, cols = 288;
+  const std::int64_t sizes[] = {2, 0, 23, 5, 16, 1, 37};
+  std::vector<packed_matrix> experts;
+  std::vector<expert_segment> segs;
+  std::int64_t total = 0;
+  for (const auto n : sizes) {
+    experts.push_back(random_matrix(r, rows, cols));
+    segs.push_back({matrix_view::of(experts.back()), total, total + n});
+    total += n;
+  }
+  for (std::size_t i = 0; i < segs.size(); ++i) segs[i].w = matrix_view::of(experts[i]);
+  auto x = r.normals(total * cols);
+  std::vector<float> y(total * rows, NAN);
+  grouped_gemm(x.data(), cols, segs, y.data(), rows, activations::int8);
+  for (const auto& s : segs) {
+    if (s.end == s.begin) continue;
+    std::vector<float> want((s.end - s.begin) * rows, NAN);
+    gemm(x.data() + s.begin * cols, cols, s.end - s.begin, s.w, want.data(), rows, activations::int8);
+    for (std::int64_t i = 0; i < (s.end - s.begin) * rows; ++i) REQUIRE(same_bits(y[s.begin * rows + i], want[i]));
+  }
+  if (!int8_dot_available()) return;
+  // Tokens 3..7 of the 37-token segment, now with 4 other tokens instead of 36: same bits.
+  const auto& big = segs.back();
+  std::vector<float> sub(9 * cols);
+  for (int i = 0; i < 9; ++i) std::memcpy(&sub[i * cols], &x[(big.begin + (i < 5 ? 3 + i : 20 + i)) * cols], cols * 4);
+  std::vector<float> ys(9 * rows, NAN);
+  gemm(sub.data(), cols, 9, big.w, ys.data(), rows, activations::int8);
+  for (int i = 0; i < 5; ++i)
+    for (std::int64_t q = 0; q < rows; ++q) REQUIRE(same_bits(ys[i * rows + q], y[(big.begin + 3 + i) * rows + q]));
+}
+
+TEST_CASE("q8 gemm: a NaN activation poisons only its token, a NaN scale only its row", "[mxfp4][q8]") {
+  test::rng r(19);
+  const std::int64_t rows = 21, cols = 96, m = 17;
+  auto w = random_matrix(r, rows, cols);
+  auto x = r.normals(m * cols);
+  x[6 * cols + 40] = std::numeric_limits<float>::quiet_NaN();
+  w.scales[9 * (cols / 32) + 1] = nan_scale;
+  for (const std::int64_t mm : {m, std::int64_t{1}}) {
+    std::vector<float> y(mm * rows, 0.0f);
+    const float* xs = mm == 1 ? x.data() + 6 * cols : x.data();
+    gemm(xs, cols, mm, matrix_view::of(w), y.data(), rows, activations::int8);
+    for (std::int64_t t = 0; t < mm; ++t)
+      for (std::int64_t q = 0; q < rows; ++q) {
+        const bool poisoned = q == 9 || (mm == 1 ? true : t == 6);
+        INFO("m=" << mm << " token " << t << " row " << q);
+        REQUIRE(std::isnan(y[t * rows + q]) == poisoned);
+      }
+  }
+}
