@@ -69,7 +69,7 @@ TEST_CASE("q8 rounding: the definition's rule, zeros, tiny and non-finite blocks
   for (int i = 0; i < 32; ++i) REQUIRE(q[i] == 0);
 }
 
-TEST_CASE("q8 reference: equals fp64 on the rounded activations; stays within the int8 bound of the exact product", "[mxfp4][q8]") {
+TEST_CASE("q8 reference: equals fp64 on the rounded activations and stays within the int8 bound of the exact product", "[mxfp4][q8]") {
   test::rng r(11);
   for (const std::int64_t cols : {32, 96, 288}) {
     const std::int64_t rows = 9, m = 3;
@@ -136,7 +136,7 @@ TEST_CASE("q8 tiles: the VNNI quantizer writes the reference's values in the til
   }
 }
 
-TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens within fp32 order); other ISAs take the rounded fp32 path", "[mxfp4][q8]") {
+TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens within fp32 order), other ISAs take the rounded fp32 path", "[mxfp4][q8]") {
   if (!int8_dot_available()) WARN("no AVX512-VNNI on this CPU: only the rounded-fp32 fallback is exercised");
   test::rng r(20261204);
   for (const std::int64_t rows : {1, 5, 13, 33, 130})
@@ -171,7 +171,7 @@ TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens wit
       }
 }
 
-TEST_CASE("q8 grouped gemm: each segment equals its own call; a token's result does not depend on its tile mates", "[mxfp4][q8]") {
+TEST_CASE("q8 grouped gemm: each segment equals its own call, and a token's result does not depend on its tile mates", "[mxfp4][q8]") {
   test::rng r(17);
   const std::int64_t rows = 29, cols = 288;
   const std::int64_t sizes[] = {2, 0, 23, 5, 16, 1, 37};
