@@ -255,6 +255,8 @@ std::string server_config::validate() const {
     return "--expert-parallel-size " + std::to_string(expert_parallel_size) + " with --device cuda: the experts are partitioned "
            "over the " + std::to_string(tensor_parallel_size) + " tensor-parallel GPUs (EP = TP); give the same size or leave it out";
   if (cuda && null_executor) return "--null-executor and --device cuda are exclusive";
+  if (cuda && int8_activations)
+    return "--int8-activations cannot take effect with --device cuda: it selects the CPU's AVX512-VNNI expert kernels";
   if (data_parallel_size > 1 || enable_dp_attention)
     return "--data-parallel-size / --enable-dp-attention cannot take effect on this CPU build (one engine per process); "
            "they are accepted in `k3 sim` plans";

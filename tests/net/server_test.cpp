@@ -290,6 +290,20 @@ TEST_CASE("server: limits — auth, body size, queue full, drain on SIGTERM", "[
   }
 }
 
+TEST_CASE("server: --int8-activations serves greedy chat completions, alone and with two expert shards", "[net]") {
+  for (const auto& extra : {std::vector<std::string>{"--int8-activations"},
+                            std::vector<std::string>{"--int8-activations", "--expert-parallel-size", "2"}}) {
+    server s(extra);
+    const auto r = http_request(s.port, "POST", "/v1/chat/completions", chat_hi);
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    const auto v = parse(r.body);
+    const auto& choice = v.find("choices")->items.at(0);
+    CHECK(choice.find("finish_reason")->s == "length");
+    CHECK(v.find("usage")->find("completion_tokens")->s == "6");
+  }
+}
+
 TEST_CASE("server: launch lines — flags that cannot take effect are start-up errors", "[net]") {
   test::temp_dir d("flags");
   model::make_model({}, d.str());
@@ -324,6 +338,8 @@ TEST_CASE("server: launch lines — flags that cannot take effect are start-up e
   CHECK((out.find("no CUDA device visible") != std::string::npos || out.find("GPUs;") != std::string::npos ||
          out.find("no CUDA backend") != std::string::npos || out.find("needs NCCL") != std::string::npos ||
          out.find("listening on") != std::string::npos));
+  out = run({"--device", "cuda", "--int8-activations"});
+  CHECK(out.find("--int8-activations cannot take effect with --device cuda") != std::string::npos);
   out = run({"--device", "cuda:0", "--expert-parallel-size", "2"});
   CHECK(out.find("--expert-parallel-size 2 with --device cuda: the experts are partitioned over the 1 tensor-parallel GPUs") !=
         std::string::npos);
