@@ -87,6 +87,39 @@ inline float hsum(v16 v) {
   return s;
 }
 
+// Lanes of u and v folded: the result holds, for each group of `w` lanes of u and then of v,
+// the sum of its two halves — [u(0..w/2) + u(w/2..w), v(...)...] per 2w lanes.
+template <int W>
+inline v16 fold(v16 u, v16 v) {
+  if constexpr (W == 16)
+    return __builtin_shufflevector(u, v, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(u, v, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  else if constexpr (W == 8)
+    return __builtin_shufflevector(u, v, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+           __builtin_shufflevector(u, v, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  else if constexpr (W == 4)
+    return __builtin_shufflevector(u, v, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+           __builtin_shufflevector(u, v, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  else
+    return __builtin_shufflevector(u, v, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+           __builtin_shufflevector(u, v, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+
+// Lane i of the result = the sum of the 16 lanes of vector i (a fixed tree of pairwise adds).
+inline v16 hsum16(v16 a0, v16 a1, v16 a2, v16 a3, v16 a4, v16 a5, v16 a6, v16 a7, v16 a8, v16 a9, v16 a10, v16 a11,
+                  v16 a12, v16 a13, v16 a14, v16 a15) {
+  // After fold<16>(ai, aj): lanes 0..7 hold ai's halves summed, 8..15 aj's.
+  const v16 b0 = fold<16>(a0, a1), b1 = fold<16>(a2, a3), b2 = fold<16>(a4, a5), b3 = fold<16>(a6, a7);
+  const v16 b4 = fold<16>(a8, a9), b5 = fold<16>(a10, a11), b6 = fold<16>(a12, a13), b7 = fold<16>(a14, a15);
+  // fold<8>: per 8-lane group of u then v, 4 lanes each → [a0 a2 a1 a3]-style interleave.
+  const v16 c0 = fold<8>(b0, b1), c1 = fold<8>(b2, b3), c2 = fold<8>(b4, b5), c3 = fold<8>(b6, b7);
+  const v16 d0 = fold<4>(c0, c1), d1 = fold<4>(c2, c3);
+  const v16 e = fold<2>(d0, d1);
+  // Lane i of e summed vector bitrev4(i) (0, 8, 4, 12, ...); the bit reversal is its own
+  // inverse, so one more shuffle puts vector i's sum in lane i.
+  return __builtin_shufflevector(e, e, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+}
+
 // out[x][y] = q[x] · r[y] (n floats) for 4 query rows and 4 cache rows. Each pair is summed in
 // the same order whatever rows share the call (callers pad with repeated rows), so a query's
 // scores do not depend on its neighbours.
@@ -104,9 +137,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scores_4x4(con
       a[x][3] += qx * r3;
     }
   }
+  // The 16 lane sums at once (lane 4x + y of s = Σ a[x][y]): four rounds of pairwise shuffles
+  // and adds, each halving the lanes per pair — 30 shuffles and 15 adds where 16 scalar lane
+  // walks took ~240 dependent adds (as long as the FMAs themselves at n = 576).
+  const v16 s = hsum16(a[0][0], a[0][1], a[0][2], a[0][3], a[1][0], a[1][1], a[1][2], a[1][3], a[2][0], a[2][1], a[2][2],
+                       a[2][3], a[3][0], a[3][1], a[3][2], a[3][3]);
   for (int x = 0; x < 4; ++x)
     for (int y = 0; y < 4; ++y) {
-      float t = hsum(a[x][y]);
+      float t = s[4 * x + y];
       for (int j = i; j < n; ++j) t += q[x][j] * r[y][j];
       out[x][y] = t;
     }
