@@ -64,7 +64,6 @@ struct item {
   std::int64_t r0, r1;
 };
 
-
 // grouped_gemm for activations::int8 where AVX512-VNNI is usable. First every token is
 // quantized once, in parallel: a large segment's tokens into 16-token tiles, a small segment's
 // tokens each into the few-token layout. Then the row items run.
@@ -75,7 +74,7 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
   // Per segment: its first tile, or for a small one its first token vector.
   std::vector<std::int64_t> first(segments.size(), 0);
   struct job {
-    std::int64_t row, tokens; // tokens == 0: one token in the few-token layout
+    std::int64_t row, tokens; // first row of x, tokens in the tile (vec jobs: one token, 0)
   };
   std::vector<job> tile_jobs, vec_jobs;
   for (std::size_t i = 0; i < segments.size(); ++i) {
