@@ -40,7 +40,7 @@ struct matrix_view {
 /// paths compute the same rounded products in fp32. With int8 (mxfp4_q8.hpp), the AVX512-VNNI
 /// kernels run where the CPU has them, else the fp32 kernels on the same rounded values. Either
 /// way a token's result does not depend on m or on the other tokens' values beyond summation
-/// order (int8 from q8_min_tokens tokens per segment: not at all).
+/// order (int8 on VNNI from q8_min_tokens tokens per segment: not at all).
 using activations = k3::activations;
 
 /// y = x · Wᵀ for m tokens, parallel over row tiles.
