@@ -114,6 +114,8 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   if (o.device != "cpu" && !on_cuda) throw std::invalid_argument("--device " + o.device + " is not supported (cpu, cuda, cuda:N)");
   if (o.tensor_parallel_size > 1 && !on_cuda) throw std::invalid_argument("--tensor-parallel-size > 1 needs --device cuda");
   if (o.exact_fp32 && on_cuda) throw std::invalid_argument("--exact-fp32 runs on the CPU only (the CUDA backend keeps a bf16 MLA cache)");
+  if (o.int8_activations && on_cuda)
+    throw std::invalid_argument("--int8-activations runs on the CPU only (it selects the AVX512-VNNI expert kernels)");
   if (on_cuda) {
 #if K3_HAVE_GPU_RUNTIME
     if (o.executor || o.null_executor || p->dispatcher)

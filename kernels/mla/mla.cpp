@@ -81,11 +81,6 @@ inline v16 load16(const float* p) {
   return v;
 }
 inline void store16(float* p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
-inline float hsum(v16 v) {
-  float s = 0;
-  for (int i = 0; i < 16; ++i) s += v[i];
-  return s;
-}
 
 // Lanes of u and v folded: the result holds, for each group of `w` lanes of u and then of v,
 // the sum of its two halves — [u(0..w/2) + u(w/2..w), v(...)...] per 2w lanes.

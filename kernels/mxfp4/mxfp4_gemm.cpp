@@ -73,30 +73,31 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
   const std::int64_t tile_bytes = q8_tile_bytes(cols), vec_bytes = q8_vec_bytes(cols);
   // Per segment: its first tile, or for a small one its first token vector.
   std::vector<std::int64_t> first(segments.size(), 0);
-  struct job {
-    std::int64_t row, tokens; // first row of x, tokens in the tile (vec jobs: one token, 0)
+  struct tile_job {
+    std::int64_t row, tokens; // first row of x, tokens in the tile
   };
-  std::vector<job> tile_jobs, vec_jobs;
+  std::vector<tile_job> tile_jobs;
+  std::vector<std::int64_t> vec_rows; // one token each, in the few-token layout
   for (std::size_t i = 0; i < segments.size(); ++i) {
     const auto& s = segments[i];
     const std::int64_t n = s.end - s.begin;
     if (n <= 0 || s.w.rows == 0) continue;
     if (n < q8_min_tokens) {
-      first[i] = static_cast<std::int64_t>(vec_jobs.size());
-      for (std::int64_t t = 0; t < n; ++t) vec_jobs.push_back({s.begin + t, 0});
+      first[i] = static_cast<std::int64_t>(vec_rows.size());
+      for (std::int64_t t = 0; t < n; ++t) vec_rows.push_back(s.begin + t);
       continue;
     }
     first[i] = static_cast<std::int64_t>(tile_jobs.size());
     for (std::int64_t t = 0; t < n; t += q8_tile_tokens)
       tile_jobs.push_back({s.begin + t, std::min<std::int64_t>(q8_tile_tokens, n - t)});
   }
-  const auto n_tiles = static_cast<std::int64_t>(tile_jobs.size()), n_vecs = static_cast<std::int64_t>(vec_jobs.size());
+  const auto n_tiles = static_cast<std::int64_t>(tile_jobs.size()), n_vecs = static_cast<std::int64_t>(vec_rows.size());
   thread_local std::vector<std::uint8_t> storage;
   thread_local std::vector<q8_tile> tiles;
   thread_local std::vector<const std::uint8_t*> vecs;
   storage.resize(static_cast<std::size_t>(n_tiles * tile_bytes + n_vecs * vec_bytes + 64));
   tiles.resize(tile_jobs.size());
-  vecs.resize(vec_jobs.size());
+  vecs.resize(vec_rows.size());
   std::uint8_t* base = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
   std::uint8_t* vec_base = base + n_tiles * tile_bytes;
   for (std::int64_t k = 0; k < n_vecs; ++k) vecs[static_cast<std::size_t>(k)] = vec_base + k * vec_bytes;
@@ -105,11 +106,11 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
   const std::uint8_t* const* vec = vecs.data();
   parallel_for_work(n_tiles + n_vecs, (n_tiles * 16 + n_vecs) * cols * 8, [&](std::int64_t k) {
     if (k < n_tiles) {
-      const job& j = tile_jobs[static_cast<std::size_t>(k)];
+      const tile_job& j = tile_jobs[static_cast<std::size_t>(k)];
       tile[k] = detail::q8_make_tile_avx512(x + j.row * ldx, ldx, static_cast<int>(j.tokens), cols, base + k * tile_bytes);
     } else {
-      const job& j = vec_jobs[static_cast<std::size_t>(k - n_tiles)];
-      detail::q8_make_vec_avx512(x + j.row * ldx, cols, vec_base + (k - n_tiles) * vec_bytes);
+      const std::int64_t row = vec_rows[static_cast<std::size_t>(k - n_tiles)];
+      detail::q8_make_vec_avx512(x + row * ldx, cols, vec_base + (k - n_tiles) * vec_bytes);
     }
   });
   std::int64_t work = 0;

@@ -32,14 +32,21 @@ namespace {
 constexpr int q8_chunk = 8;                        // blocks per decode chunk
 constexpr int q8_row_bytes = q8_chunk * block_size; // decoded bytes per row and chunk
 
+// Up to 4 blocks of packed codes (64 bytes) → unsigned weights w2 + 12: 128-bit lane k of lo
+// holds block k's low nibbles (even columns), of hi its high nibbles (odd columns). E2M1 codes
+// 0..7 map to 12 + {0, 1, 2, 3, 4, 6, 8, 12}, codes 8..15 to the negatives.
+inline void q8_unpack(__m512i v, __m512i& lo, __m512i& hi) {
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
+  hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+}
+
 // Decodes rows [r, r + R) × blocks [b0, b0 + nbk) into wq[R][q8_row_bytes] (unsigned w2 + 12,
 // per block 16 low-nibble then 16 high-nibble positions) and ws[R][q8_chunk] (2^(e − 128)).
 template <int R>
 inline void q8_decode(const matrix_view& w, std::int64_t r, std::int64_t b0, int nbk, const float* scale_table,
                       std::uint8_t* wq, float* ws) {
-  // E2M1 code → 2·value + 12: codes 0..7 are +{0,1,2,3,4,6,8,12}, 8..15 the negatives.
-  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
   const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2;
@@ -53,9 +60,8 @@ inline void q8_decode(const matrix_view& w, std::int64_t r, std::int64_t b0, int
     for (int b = 0; b < nbk; b += 4) {
       const int n = std::min(4, nbk - b);
       const __mmask64 m = n == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * n)) - 1;
-      const __m512i v = _mm512_maskz_loadu_epi8(m, p + b * 16);
-      const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
-      const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      __m512i lo, hi;
+      q8_unpack(_mm512_maskz_loadu_epi8(m, p + b * 16), lo, hi);
       // 128-bit lane k of lo/hi is block b + k; store [lo_k, hi_k] per block.
       _mm512_store_si512(out + b * 32, _mm512_permutex2var_epi64(lo, first, hi));
       if (n > 2) _mm512_store_si512(out + b * 32 + 64, _mm512_permutex2var_epi64(lo, second, hi));
@@ -190,8 +196,6 @@ void q8_fill_vec(const float* x, std::int64_t nb, std::uint8_t* out) {
 template <int R, int M>
 void q8_gemv_micro(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t rb, std::int64_t nb,
                    const std::uint8_t* const* xv, float* y, std::int64_t ldy) {
-  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   // Byte k of the broadcast scale dword into the low byte of dwords 4k..4k+3 (128-bit lane k).
   const __m512i pick = _mm512_setr_epi32(0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF01, 0xFFFFFF01,
                                          0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF02,
@@ -211,9 +215,8 @@ void q8_gemv_micro(const std::uint8_t* packed, const std::uint8_t* scales, std::
     const int nv = static_cast<int>(std::min<std::int64_t>(4, nb - 4 * g));
     const __mmask64 m = nv == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nv)) - 1;
     for (int r = 0; r < R; ++r) {
-      const __m512i v = _mm512_maskz_loadu_epi8(m, packed + r * rb + g * 64);
-      const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
-      const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      __m512i lo, hi;
+      q8_unpack(_mm512_maskz_loadu_epi8(m, packed + r * rb + g * 64), lo, hi);
       std::uint32_t e4 = 0;
       if (nv == 4) std::memcpy(&e4, scales + r * nb + 4 * g, 4); // a fixed size: no libc call
       else

@@ -121,6 +121,22 @@ TEST_CASE("actors: 32 concurrent greedy requests equal each request run alone", 
   CHECK(s.steps < 32 * 25); // requests really shared steps
 }
 
+TEST_CASE("actors: CPU-only numerics with device cuda are refused, naming the option", "[actors]") {
+  test::temp_dir d("cpuonly");
+  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
+  system_fixture f;
+  engine_options o;
+  o.model_dir = d.str();
+  o.kv_memory_bytes = 32 << 20;
+  o.max_model_len = 512;
+  o.device = "cuda";
+  o.int8_activations = true;
+  REQUIRE_THROWS_WITH(llm_engine::start(f.sys, o), Catch::Contains("--int8-activations runs on the CPU only"));
+  o.int8_activations = false;
+  o.exact_fp32 = true;
+  REQUIRE_THROWS_WITH(llm_engine::start(f.sys, o), Catch::Contains("--exact-fp32 runs on the CPU only"));
+}
+
 TEST_CASE("actors: skewed routing over expert shards, with and without replicas, keeps the output", "[actors]") {
   test::temp_dir d("skew");
   auto opt = test::tiny_options(model::family::kimi_k3);

@@ -8,23 +8,13 @@
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/mxfp4/mxfp4_gemm.hpp"
 #include "kernels/mxfp4/mxfp4_ref.hpp"
+#include "tests/support/mxfp4_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
 using namespace k3;
 using namespace k3::mxfp4;
 
 namespace {
-
-packed_matrix random_matrix(test::rng& r, std::int64_t rows, std::int64_t cols) {
-  packed_matrix m;
-  m.rows = rows;
-  m.cols = cols;
-  m.packed.resize(rows * cols / 2);
-  m.scales.resize(rows * cols / 32);
-  for (auto& b : m.packed) b = static_cast<std::uint8_t>(r.bits());
-  for (auto& s : m.scales) s = static_cast<std::uint8_t>(118 + r.below(12));
-  return m;
-}
 
 // |got - ref| ≤ 1e-5 · Σ|x·w| per output: an order-independent bound for fp32 summation.
 void check_against_ref(const std::vector<float>& x, std::int64_t ldx, std::int64_t m, const packed_matrix& w,
@@ -57,7 +47,7 @@ TEST_CASE("mxfp4 gemm: all paths match the fp64 reference over odd shapes", "[mx
     INFO("isa=" << to_string(path));
     for (auto rows : rows_set)
       for (auto cols : cols_set) {
-        const auto w = random_matrix(r, rows, cols);
+        const auto w = test::random_mxfp4(r, rows, cols);
         for (auto m : m_set) {
           if (rows * cols * m > 127 * 544 * 17 && m > 17) continue; // keep the suite fast
           INFO("rows=" << rows << " cols=" << cols << " m=" << m);
@@ -73,7 +63,7 @@ TEST_CASE("mxfp4 gemm: all paths match the fp64 reference over odd shapes", "[mx
 
 TEST_CASE("mxfp4 gemm: SIMD paths agree with the scalar path", "[mxfp4][gemm]") {
   test::rng r(42);
-  const auto w = random_matrix(r, 61, 3584 / 4);
+  const auto w = test::random_mxfp4(r, 61, 3584 / 4);
   for (std::int64_t m : {1, 4, 16}) {
     auto x = r.normals(m * w.cols);
     std::vector<float> ys(m * w.rows), yv(m * w.rows);
@@ -92,7 +82,7 @@ TEST_CASE("mxfp4 gemm: SIMD paths agree with the scalar path", "[mxfp4][gemm]") 
 
 TEST_CASE("mxfp4 gemm: NaN scale poisons exactly its row", "[mxfp4][gemm]") {
   test::rng r(3);
-  auto w = random_matrix(r, 9, 64);
+  auto w = test::random_mxfp4(r, 9, 64);
   w.scales[2 * 2 + 1] = nan_scale; // row 2, second block
   auto x = r.normals(16 * 64);
   for (isa path : test::isa_paths())
@@ -115,7 +105,7 @@ TEST_CASE("mxfp4 gemm: in a batch, a token's result does not depend on the other
   const std::uint64_t seed = 7;
   INFO("seed=" << seed);
   test::rng r(seed);
-  const auto w = random_matrix(r, 16 + 8 + 4 + 2 + 1, 19 * 32);
+  const auto w = test::random_mxfp4(r, 16 + 8 + 4 + 2 + 1, 19 * 32);
   auto x16 = r.normals(16 * w.cols);
   auto x9 = r.normals(9 * w.cols);
   auto x30 = r.normals(30 * w.cols);
@@ -158,7 +148,7 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
   test::rng r(seed);
   const std::int64_t rows = 40, cols = 128;
   std::vector<packed_matrix> experts;
-  for (int e = 0; e < 5; ++e) experts.push_back(random_matrix(r, rows, cols));
+  for (int e = 0; e < 5; ++e) experts.push_back(test::random_mxfp4(r, rows, cols));
   // Segment sizes with an empty expert and a hot one.
   const std::int64_t sizes[] = {3, 0, 17, 1, 9};
   std::vector<expert_segment> segs;
@@ -190,7 +180,7 @@ TEST_CASE("mxfp4 gemm: bf16 activations equal the fp64 reference of the rounded 
     for (const std::int64_t cols : {64, 96, 192, 576})
       for (const std::int64_t m : {1, 2, 3, 4, 7, 8, 13, 16, 17, 35}) {
         INFO("rows=" << rows << " cols=" << cols << " m=" << m);
-        const auto w = random_matrix(r, rows, cols);
+        const auto w = test::random_mxfp4(r, rows, cols);
         const std::int64_t ldx = cols + 5, ldy = rows + 3;
         auto x = r.normals(m * ldx);
         std::vector<float> y(m * ldy, NAN);

@@ -12,23 +12,13 @@
 #include "kernels/mxfp4/mxfp4_gemm.hpp"
 #include "kernels/mxfp4/mxfp4_q8.hpp"
 #include "kernels/mxfp4/mxfp4_ref.hpp"
+#include "tests/support/mxfp4_test_util.hpp"
 #include "tests/support/test_util.hpp"
 
 using namespace k3;
 using namespace k3::mxfp4;
 
 namespace {
-
-packed_matrix random_matrix(test::rng& r, std::int64_t rows, std::int64_t cols) {
-  packed_matrix m;
-  m.rows = rows;
-  m.cols = cols;
-  m.packed.resize(rows * cols / 2);
-  m.scales.resize(rows * cols / 32);
-  for (auto& b : m.packed) b = static_cast<std::uint8_t>(r.bits());
-  for (auto& s : m.scales) s = static_cast<std::uint8_t>(118 + r.below(12));
-  return m;
-}
 
 bool same_bits(float a, float b) {
   std::uint32_t x, y;
@@ -73,7 +63,7 @@ TEST_CASE("q8 reference: equals fp64 on the rounded activations and stays within
   test::rng r(11);
   for (const std::int64_t cols : {32, 96, 288}) {
     const std::int64_t rows = 9, m = 3;
-    const auto w = random_matrix(r, rows, cols);
+    const auto w = test::random_mxfp4(r, rows, cols);
     auto x = r.normals(m * cols);
     std::vector<float> y(m * rows), xr(m * cols), deq(rows * cols);
     q8_reference(x.data(), cols, m, matrix_view::of(w), 0, rows, y.data(), rows);
@@ -142,7 +132,7 @@ TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens wit
   for (const std::int64_t rows : {1, 5, 13, 33, 130})
     for (const std::int64_t cols : {32, 96, 160, 288, 576})
       for (const std::int64_t m : {1, 2, 3, 4, 5, 16, 17, 33, 40}) {
-        const auto w = random_matrix(r, rows, cols);
+        const auto w = test::random_mxfp4(r, rows, cols);
         const std::int64_t ldx = cols + 5, ldy = rows + 3;
         auto x = r.normals(m * ldx);
         std::vector<float> xr(m * cols), deq(rows * cols);
@@ -179,7 +169,7 @@ TEST_CASE("q8 grouped gemm: each segment equals its own call, and a token's resu
   std::vector<expert_segment> segs;
   std::int64_t total = 0;
   for (const auto n : sizes) {
-    experts.push_back(random_matrix(r, rows, cols));
+    experts.push_back(test::random_mxfp4(r, rows, cols));
     segs.push_back({matrix_view::of(experts.back()), total, total + n});
     total += n;
   }
@@ -207,7 +197,7 @@ TEST_CASE("q8 grouped gemm: each segment equals its own call, and a token's resu
 TEST_CASE("q8 gemm: a NaN activation poisons only its token, a NaN scale only its row", "[mxfp4][q8]") {
   test::rng r(19);
   const std::int64_t rows = 21, cols = 96, m = 17;
-  auto w = random_matrix(r, rows, cols);
+  auto w = test::random_mxfp4(r, rows, cols);
   auto x = r.normals(m * cols);
   x[6 * cols + 40] = std::numeric_limits<float>::quiet_NaN();
   w.scales[9 * (cols / 32) + 1] = nan_scale;
