@@ -60,14 +60,18 @@ double time_best(const std::function<void()>& fn, double min_seconds, int trials
   return best;
 }
 
+std::vector<double> time_alternating(const std::vector<std::function<void()>>& fns, double seconds) {
+  std::vector<double> best(fns.size(), 1e300);
+  const double each = seconds / (3.0 * static_cast<double>(fns.size()));
+  for (int rep = 0; rep < 3; ++rep)
+    for (std::size_t i = 0; i < fns.size(); ++i) best[i] = std::min(best[i], time_best(fns[i], each, 1));
+  return best;
+}
+
 std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b,
                                    double seconds) {
-  double ta = 1e300, tb = 1e300;
-  for (int rep = 0; rep < 3; ++rep) {
-    ta = std::min(ta, time_best(a, seconds / 6, 1));
-    tb = std::min(tb, time_best(b, seconds / 6, 1));
-  }
-  return {ta, tb};
+  const auto t = time_alternating({a, b}, seconds);
+  return {t[0], t[1]};
 }
 
 std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::int64_t>>& regions) {

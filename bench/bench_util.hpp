@@ -26,6 +26,8 @@ double time_best(const std::function<void()>& fn, double min_seconds, int trials
 /// Best per-call times of a and b, measured alternately (3 rounds, `seconds` in total) so both
 /// see the same state of a shared machine. Returns {time_a, time_b}.
 std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b, double seconds);
+/// The same for any number of functions, measured in turn each round.
+std::vector<double> time_alternating(const std::vector<std::function<void()>>& fns, double seconds);
 
 /// Reads `bytes` bytes starting at each pointer of `regions` with wide loads on all kernel
 /// threads; returns the checksum so the compiler cannot drop the loads.

@@ -1,12 +1,16 @@
 #include "kernels/mla/mla.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include <cblas.h>
 
+#include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
+#include "kernels/mla/mla_tile.hpp"
 
 namespace k3::mla {
 namespace {
@@ -193,9 +197,273 @@ void exp_inplace(float* x, int n) {
   }
 }
 
+namespace {
+// One tile on the generic path (query rows in qt [Q][W]; row q sees positions ≤ base + q / HG):
+// scores 4 × 4 register-blocked, the online softmax per query row, acc += P · rows by sgemm.
+void tile_generic(const float* qt, int Q, int HG, std::int64_t base, const float* rows, int nk, std::int64_t p0,
+                  const dims& d, float scale, float* sc, float* m, float* sum, float* acc) {
+  const int W = d.row_width(), L = d.latent;
+  // Scores of every query row against the tile, 4 × 4 at a time (padded with repeated
+  // rows); positions a row may not see get weight 0 below.
+  for (int q0 = 0; q0 < Q; q0 += 4) {
+    const float* qs[4];
+    for (int x = 0; x < 4; ++x) qs[x] = qt + static_cast<std::size_t>(std::min(q0 + x, Q - 1)) * W;
+    for (int k0 = 0; k0 < nk; k0 += 4) {
+      const float* rs[4];
+      for (int y = 0; y < 4; ++y) rs[y] = rows + static_cast<std::size_t>(std::min(k0 + y, nk - 1)) * W;
+      float blk[4][4];
+      scores_4x4(qs, rs, W, blk);
+      for (int x = 0; x < 4 && q0 + x < Q; ++x)
+        for (int y = 0; y < 4 && k0 + y < nk; ++y) sc[static_cast<std::size_t>(q0 + x) * tile_rows + k0 + y] = scale * blk[x][y];
+    }
+  }
+  for (int q = 0; q < Q; ++q) {
+    const std::int64_t see = base + q / HG; // causal: rows ≤ this position
+    float* s = sc + static_cast<std::size_t>(q) * tile_rows;
+    const int vis = see < p0 ? 0 : static_cast<int>(std::min<std::int64_t>(nk, see - p0 + 1));
+    if (vis == 0) { // nothing visible in this tile: zero weights, nothing is added
+      std::fill(s, s + nk, 0.0f);
+      continue;
+    }
+    float mx = -INFINITY;
+    for (int k = 0; k < vis; ++k) mx = std::max(mx, s[k]);
+    // Online softmax, one rescale per tile.
+    const float mnew = std::max(m[q], mx);
+    const float alpha = std::exp(m[q] - mnew); // 0 on the first tile
+    // Over the visible prefix only (a vectorized loop's split into body and tail depends on
+    // the length, and the length must not depend on which rows share the item).
+    for (int k = 0; k < vis; ++k) s[k] -= mnew;
+    exp_inplace(s, vis);
+    std::fill(s + vis, s + nk, 0.0f);
+    float rs = 0.0f;
+    for (int k = 0; k < vis; ++k) rs += s[k];
+    float* a = acc + static_cast<std::size_t>(q) * L;
+    if (alpha != 1.0f)
+      for (int l = 0; l < L; ++l) a[l] *= alpha;
+    sum[q] = sum[q] * alpha + rs;
+    m[q] = mnew;
+  }
+  // acc += P · rows (latent part) as one small GEMM per tile.
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Q, L, nk, 1.0f, sc, tile_rows, rows, W, 1.0f, acc, L);
+}
+} // namespace
+
+namespace {
+
+// q̃ = [W_UK,hᵀ q_nope | q_rot] for token t, head h (W floats).
+void absorb_query(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t t, int h,
+                  float* q) {
+  const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, V = d.v;
+  std::fill(q, q + L, 0.0f);
+  const float* wk = kv_b + static_cast<std::int64_t>(h) * (N + V) * L;
+  const float* qn = q_nope + (t * H + h) * N;
+  for (int n = 0; n < N; ++n) axpy(q, wk + static_cast<std::int64_t>(n) * L, qn[n], L);
+  const float* qr = q_rot + (t * H + h) * R;
+  for (int r = 0; r < R; ++r) q[L + r] = qr[r];
+}
+
+// Rows [p0, p0 + nk) as fp32 [nk][W]: in place for a tile-aligned fp32 cache, else widened /
+// copied into `tile`.
+const float* load_tile(const cache_view& cache, int W, std::int64_t p0, int nk, float* tile) {
+  if (cache.fp32 && cache.block_size % tile_rows == 0) return cache.row_f32(p0, W); // never crosses a block
+  for (int k = 0; k < nk; ++k) {
+    if (cache.fp32) std::copy_n(cache.row_f32(p0 + k, W), W, tile + static_cast<std::size_t>(k) * W);
+    else widen_rows(cache.row(p0 + k, W), tile + static_cast<std::size_t>(k) * W, W);
+  }
+  return tile;
+}
+
+// out[t, h] = gate ⊙ W_UV,h (acc / sum).
+void project_out(const float* kv_b, const dims& d, const float* acc, float sum, std::int64_t t, int h, const float* gate,
+                 float* out) {
+  const int H = d.heads, N = d.nope, L = d.latent, V = d.v;
+  const float* wv = kv_b + static_cast<std::int64_t>(h) * (N + V) * L + static_cast<std::int64_t>(N) * L; // [V, L]
+  const float inv = 1.0f / sum;
+  float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;
+  const float* gt = gate ? gate + t * H * V + static_cast<std::int64_t>(h) * V : nullptr;
+  for (int j = 0; j < V; ++j) {
+    const float x = inv * score_row(wv + static_cast<std::int64_t>(j) * L, acc, L);
+    o[j] = gt ? x / (1.0f + std::exp(-gt[j])) : x;
+  }
+}
+
+// ---- Queries in the lanes (AVX-512) -----------------------------------------------------------
+//
+// The softmax runs over fixed spans of positions [s·span_rows, (s+1)·span_rows), each with its
+// own online state, folded into the query's total in span order. A prefill item walks its
+// spans in turn; a decode step (fewer token groups than threads) computes the spans of one
+// query group in parallel and folds them afterwards — the same operations in the same order,
+// so both give the same bits, and a long context is read once, not once per thread.
+constexpr std::int64_t span_rows = 16 * tile_rows;
+
+// W_UK-absorbed queries of tokens [t0, t0 + tg) × heads [h0, h0 + HG), transposed for the lanes.
+struct lanes_unit {
+  std::int64_t t0 = 0;
+  int tg = 0, h0 = 0, HG = 0, Q = 0, QP = 0;
+  std::int64_t last = 0; // the furthest position a query sees
+  std::vector<float> buf;
+  std::vector<std::int32_t> see;
+  float* qT = nullptr; // [W][QP], 64-byte aligned inside buf
+
+  void prepare(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t pos0) {
+    const int W = d.row_width();
+    Q = tg * HG;
+    QP = (Q + 15) / 16 * 16;
+    last = pos0 + t0 + tg - 1;
+    buf.assign(static_cast<std::size_t>(W) * QP + 16, 0.0f);
+    qT = buf.data() + (16 - (reinterpret_cast<std::uintptr_t>(buf.data()) / 4) % 16) % 16;
+    std::vector<float> q(static_cast<std::size_t>(W));
+    for (int i = 0; i < Q; ++i) {
+      absorb_query(q_nope, q_rot, kv_b, d, t0 + i / HG, h0 + i % HG, q.data());
+      for (int w = 0; w < W; ++w) qT[static_cast<std::size_t>(w) * QP + i] = q[static_cast<std::size_t>(w)];
+    }
+    see.resize(static_cast<std::size_t>(QP));
+    for (int i = 0; i < QP; ++i) see[static_cast<std::size_t>(i)] = i < Q ? static_cast<std::int32_t>(pos0 + t0 + i / HG) : INT32_MAX;
+  }
+  [[nodiscard]] std::int64_t spans() const { return last / span_rows + 1; }
+};
+
+// Online-softmax state of a unit's queries over one span (or the running total).
+struct span_state {
+  std::vector<float> m, sum, alpha, acc;
+  void reset(const lanes_unit& u, int L) {
+    m.assign(static_cast<std::size_t>(u.QP), -INFINITY);
+    sum.assign(static_cast<std::size_t>(u.QP), 0.0f);
+    alpha.resize(static_cast<std::size_t>(u.QP));
+    acc.assign(static_cast<std::size_t>(u.Q) * L, 0.0f);
+  }
+};
+
+// The unit's queries over span s, from a fresh state.
+void run_span(const lanes_unit& u, std::int64_t s, const cache_view& cache, const dims& d, float scale, span_state& st) {
+  const int W = d.row_width(), L = d.latent;
+  st.reset(u, L);
+  thread_local std::vector<float> tile, sc;
+  tile.resize(static_cast<std::size_t>(tile_rows) * W);
+  sc.resize(static_cast<std::size_t>(tile_rows) * u.QP);
+  detail::lanes_state ls{u.Q, u.QP, W, L, u.qT, u.see.data(), st.m.data(), st.sum.data(), st.alpha.data(), sc.data(),
+                         st.acc.data()};
+  const std::int64_t end = std::min(u.last + 1, (s + 1) * span_rows);
+  for (std::int64_t p0 = s * span_rows; p0 < end; p0 += tile_rows) {
+    const int nk = static_cast<int>(std::min<std::int64_t>(tile_rows, end - p0));
+    detail::tile_lanes_avx512(ls, load_tile(cache, W, p0, nk, tile.data()), nk, p0, scale);
+  }
+}
+
+// y = y·a + x·b (n floats), explicit 16-wide chunks (a result must not depend on alignment).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void scale_add(float* __restrict y, float a,
+                                                                             const float* __restrict x, float b, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) store16(y + i, load16(y + i) * a + load16(x + i) * b);
+  for (; i < n; ++i) y[i] = y[i] * a + x[i] * b;
+}
+
+// Query i's total ⊕= its state over one more span (a span it cannot see changes nothing).
+void fold_query(span_state& total, const span_state& part, int i, int L) {
+  const auto k = static_cast<std::size_t>(i);
+  const float mp = part.m[k];
+  if (mp == -INFINITY) return;
+  float& mt = total.m[k];
+  const float M = std::max(mt, mp); // NaN in mp: exp below turns it into a NaN result
+  const float a = mt == M ? 1.0f : std::exp(mt - M), b = mp == M ? 1.0f : std::exp(mp - M);
+  total.sum[k] = total.sum[k] * a + part.sum[k] * b;
+  scale_add(total.acc.data() + k * L, a, part.acc.data() + k * L, b, L);
+  mt = M;
+}
+
+void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
+                     std::int64_t pos0, std::int64_t T, const float* gate, float* out) {
+  const int H = d.heads, L = d.latent;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.nope + d.rope));
+  const int threads = kernel_threads();
+  const int G = T >= 4 ? 4 : 1;
+  const std::int64_t groups = (T + G - 1) / G;
+  const std::int64_t spans = (pos0 + T - 1) / span_rows + 1; // of the furthest query
+  const std::int64_t work = T * H * (pos0 + T) * (L + d.rope);
+  // Heads per unit: all of them, unless groups × spans cannot keep the threads busy.
+  int HG = H;
+  if (groups * (groups < threads ? spans : 1) < threads && H > 1) {
+    HG = std::max(1, H / threads);
+    while (H % HG != 0) --HG; // units must cover the heads exactly
+  }
+  const int hsplit = H / HG;
+  std::vector<lanes_unit> units(static_cast<std::size_t>(groups * hsplit));
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    auto& u = units[i];
+    u.t0 = static_cast<std::int64_t>(i) / hsplit * G;
+    u.h0 = static_cast<int>(static_cast<std::int64_t>(i) % hsplit) * HG;
+    u.tg = static_cast<int>(std::min<std::int64_t>(G, T - u.t0));
+    u.HG = HG;
+  }
+  const auto U = static_cast<std::int64_t>(units.size());
+  if (groups >= threads || spans == 1) {
+    // One item per unit, its spans in turn.
+    parallel_for_work(U, work, [&](std::int64_t item) {
+      auto& u = units[static_cast<std::size_t>(item)];
+      u.prepare(q_nope, q_rot, kv_b, d, pos0);
+      thread_local span_state total, part;
+      run_span(u, 0, cache, d, scale, total);
+      for (std::int64_t s = 1; s < u.spans(); ++s) {
+        run_span(u, s, cache, d, scale, part);
+        for (int i = 0; i < u.Q; ++i) fold_query(total, part, i, L);
+      }
+      for (int i = 0; i < u.Q; ++i)
+        project_out(kv_b, d, total.acc.data() + static_cast<std::size_t>(i) * L, total.sum[static_cast<std::size_t>(i)],
+                    u.t0 + i / HG, u.h0 + i % HG, gate, out);
+    });
+    return;
+  }
+  // Decode: (unit, span) items in waves, each wave folded in span order per query.
+  parallel_for_work(U, work / std::max<std::int64_t>(1, spans), [&](std::int64_t item) {
+    units[static_cast<std::size_t>(item)].prepare(q_nope, q_rot, kv_b, d, pos0);
+  });
+  const std::int64_t wave = std::min<std::int64_t>(spans, 8 * static_cast<std::int64_t>(threads));
+  std::vector<span_state> parts(static_cast<std::size_t>(U * wave)), totals(static_cast<std::size_t>(U));
+  for (std::int64_t i = 0; i < U; ++i) totals[static_cast<std::size_t>(i)].reset(units[static_cast<std::size_t>(i)], L);
+  for (std::int64_t s0 = 0; s0 < spans; s0 += wave) {
+    const std::int64_t nw = std::min(wave, spans - s0);
+    parallel_for_work(U * nw, work / std::max<std::int64_t>(1, spans / nw), [&](std::int64_t item) {
+      const auto& u = units[static_cast<std::size_t>(item / nw)];
+      const std::int64_t s = s0 + item % nw;
+      auto& st = parts[static_cast<std::size_t>(item)];
+      if (s < u.spans()) run_span(u, s, cache, d, scale, st);
+      else st.reset(u, L); // a span past this unit's queries: nothing visible
+    });
+    const bool final_wave = s0 + nw >= spans;
+    parallel_for_work(U * G * HG, final_wave ? U * G * HG * d.v * L : 0, [&](std::int64_t item) {
+      const std::int64_t ui = item / (G * HG);
+      const int i = static_cast<int>(item % (G * HG));
+      const auto& u = units[static_cast<std::size_t>(ui)];
+      if (i >= u.Q) return;
+      auto& total = totals[static_cast<std::size_t>(ui)];
+      for (std::int64_t j = 0; j < nw; ++j) {
+        const auto& part = parts[static_cast<std::size_t>(ui * nw + j)];
+        if (s0 + j == 0) { // the first span is the total so far, exactly
+          const auto k = static_cast<std::size_t>(i);
+          total.m[k] = part.m[k];
+          total.sum[k] = part.sum[k];
+          std::copy_n(part.acc.data() + k * L, L, total.acc.data() + k * L);
+        } else {
+          fold_query(total, part, i, L);
+        }
+      }
+      if (final_wave)
+        project_out(kv_b, d, total.acc.data() + static_cast<std::size_t>(i) * L, total.sum[static_cast<std::size_t>(i)],
+                    u.t0 + i / HG, u.h0 + i % HG, gate, out);
+    });
+  }
+}
+
+} // namespace
+
 void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
                std::int64_t pos0, std::int64_t T, const float* gate, float* out) {
-  const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, V = d.v, W = d.row_width();
+  // Queries in the lanes on AVX-512 (positions are lane-wise int32 there).
+  if (active_isa() == isa::avx512 && pos0 + T <= INT32_MAX) {
+    attention_lanes(q_nope, q_rot, kv_b, cache, d, pos0, T, gate, out);
+    return;
+  }
+  const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, W = d.row_width();
   const float scale = 1.0f / std::sqrt(static_cast<float>(N + R));
   // Work item: G query tokens × HG heads against every cache tile they see. All heads read the
   // same latent rows (MLA), so a tile is widened once and used by G·HG query rows; decode (one
@@ -214,91 +482,22 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
     const int tg = static_cast<int>(std::min<std::int64_t>(G, T - t0));
     const int Q = tg * HG; // query rows: q = ti · HG + hi
     thread_local std::vector<float> qt, acc, m, sum, tile, sc;
-    qt.assign(static_cast<std::size_t>(Q) * W, 0.0f);
+    qt.resize(static_cast<std::size_t>(Q) * W);
     acc.assign(static_cast<std::size_t>(Q) * L, 0.0f);
     m.assign(static_cast<std::size_t>(Q), -INFINITY);
     sum.assign(static_cast<std::size_t>(Q), 0.0f);
     tile.resize(static_cast<std::size_t>(tile_rows) * W);
     sc.resize(static_cast<std::size_t>(Q) * tile_rows);
-    // Absorb W_UK into each query; append q_rot so one dot covers the whole cache row.
-    for (int ti = 0; ti < tg; ++ti)
-      for (int hi = 0; hi < HG; ++hi) {
-        const int h = h0 + hi;
-        float* q = qt.data() + static_cast<std::size_t>(ti * HG + hi) * W;
-        const float* wk = kv_b + static_cast<std::int64_t>(h) * (N + V) * L;
-        const float* qn = q_nope + ((t0 + ti) * H + h) * N;
-        for (int n = 0; n < N; ++n) axpy(q, wk + static_cast<std::int64_t>(n) * L, qn[n], L);
-        const float* qr = q_rot + ((t0 + ti) * H + h) * R;
-        for (int r = 0; r < R; ++r) q[L + r] = qr[r];
-      }
+    for (int q = 0; q < Q; ++q) absorb_query(q_nope, q_rot, kv_b, d, t0 + q / HG, h0 + q % HG, qt.data() + static_cast<std::size_t>(q) * W);
     const std::int64_t last = pos0 + t0 + tg - 1; // the furthest position any query row sees
     for (std::int64_t p0 = 0; p0 <= last; p0 += tile_rows) {
       const int nk = static_cast<int>(std::min<std::int64_t>(tile_rows, last - p0 + 1));
-      const float* rows = tile.data();
-      if (cache.fp32 && cache.block_size % tile_rows == 0) {
-        rows = cache.row_f32(p0, W); // a tile never crosses a block: read in place
-      } else {
-        for (int k = 0; k < nk; ++k) {
-          if (cache.fp32) std::copy_n(cache.row_f32(p0 + k, W), W, tile.data() + static_cast<std::size_t>(k) * W);
-          else widen_rows(cache.row(p0 + k, W), tile.data() + static_cast<std::size_t>(k) * W, W);
-        }
-      }
-      // Scores of every query row against the tile, 4 × 4 at a time (padded with repeated
-      // rows); positions a row may not see get weight 0 below.
-      for (int q0 = 0; q0 < Q; q0 += 4) {
-        const float* qs[4];
-        for (int x = 0; x < 4; ++x) qs[x] = qt.data() + static_cast<std::size_t>(std::min(q0 + x, Q - 1)) * W;
-        for (int k0 = 0; k0 < nk; k0 += 4) {
-          const float* rs[4];
-          for (int y = 0; y < 4; ++y) rs[y] = rows + static_cast<std::size_t>(std::min(k0 + y, nk - 1)) * W;
-          float blk[4][4];
-          scores_4x4(qs, rs, W, blk);
-          for (int x = 0; x < 4 && q0 + x < Q; ++x)
-            for (int y = 0; y < 4 && k0 + y < nk; ++y) sc[static_cast<std::size_t>(q0 + x) * tile_rows + k0 + y] = scale * blk[x][y];
-        }
-      }
-      for (int q = 0; q < Q; ++q) {
-        const std::int64_t see = pos0 + t0 + q / HG; // causal: rows ≤ this position
-        float* s = sc.data() + static_cast<std::size_t>(q) * tile_rows;
-        const int vis = see < p0 ? 0 : static_cast<int>(std::min<std::int64_t>(nk, see - p0 + 1));
-        if (vis == 0) { // nothing visible in this tile: zero weights, nothing is added
-          std::fill(s, s + nk, 0.0f);
-          continue;
-        }
-        float mx = -INFINITY;
-        for (int k = 0; k < vis; ++k) mx = std::max(mx, s[k]);
-        // Online softmax, one rescale per tile.
-        const float mnew = std::max(m[static_cast<std::size_t>(q)], mx);
-        const float alpha = std::exp(m[static_cast<std::size_t>(q)] - mnew); // 0 on the first tile
-        // Over the visible prefix only (a vectorized loop's split into body and tail depends on
-        // the length, and the length must not depend on which rows share the item).
-        for (int k = 0; k < vis; ++k) s[k] -= mnew;
-        exp_inplace(s, vis);
-        std::fill(s + vis, s + nk, 0.0f);
-        float rs = 0.0f;
-        for (int k = 0; k < vis; ++k) rs += s[k];
-        float* a = acc.data() + static_cast<std::size_t>(q) * L;
-        if (alpha != 1.0f)
-          for (int l = 0; l < L; ++l) a[l] *= alpha;
-        sum[static_cast<std::size_t>(q)] = sum[static_cast<std::size_t>(q)] * alpha + rs;
-        m[static_cast<std::size_t>(q)] = mnew;
-      }
-      // acc += P · rows (latent part) as one small GEMM per tile.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Q, L, nk, 1.0f, sc.data(), tile_rows, rows, W, 1.0f, acc.data(), L);
+      tile_generic(qt.data(), Q, HG, pos0 + t0, load_tile(cache, W, p0, nk, tile.data()), nk, p0, d, scale, sc.data(), m.data(),
+                   sum.data(), acc.data());
     }
-    for (int q = 0; q < Q; ++q) {
-      const std::int64_t t = t0 + q / HG;
-      const int h = h0 + q % HG;
-      const float* wv = kv_b + static_cast<std::int64_t>(h) * (N + V) * L + static_cast<std::int64_t>(N) * L; // [V, L]
-      const float* a = acc.data() + static_cast<std::size_t>(q) * L;
-      const float inv = 1.0f / sum[static_cast<std::size_t>(q)];
-      float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;
-      const float* gt = gate ? gate + t * H * V + static_cast<std::int64_t>(h) * V : nullptr;
-      for (int j = 0; j < V; ++j) {
-        const float x = inv * score_row(wv + static_cast<std::int64_t>(j) * L, a, L);
-        o[j] = gt ? x / (1.0f + std::exp(-gt[j])) : x;
-      }
-    }
+    for (int q = 0; q < Q; ++q)
+      project_out(kv_b, d, acc.data() + static_cast<std::size_t>(q) * L, sum[static_cast<std::size_t>(q)], t0 + q / HG, h0 + q % HG,
+                  gate, out);
   });
 }
 

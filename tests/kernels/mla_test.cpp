@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include <omp.h>
+
 #include "kernels/common/bf16.hpp"
 #include "kernels/mla/mla.hpp"
 #include "tests/support/test_util.hpp"
@@ -81,11 +83,14 @@ TEST_CASE("mla absorbed attention matches the explicit fp64 formula (prefill aft
   auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent, 0.2f);
   auto gate = r.normals(T * d.heads * d.v);
   for (const float* g : {static_cast<const float*>(nullptr), static_cast<const float*>(gate.data())}) {
-    std::vector<float> out(T * d.heads * d.v);
-    mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, pos0, T, g, out.data());
     const auto ref = reference(qn, qr, kvb, cache.view, d, pos0, T, g);
-    INFO("gated=" << (g != nullptr));
-    CHECK(test::rel_rmse(std::span<const float>(out), std::span<const double>(ref)) < 1e-5);
+    for (const isa path : test::isa_paths()) { // AVX-512: queries in the lanes; others: the generic tiles
+      scoped_isa pin(path);
+      std::vector<float> out(T * d.heads * d.v);
+      mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, pos0, T, g, out.data());
+      INFO("gated=" << (g != nullptr) << " isa " << to_string(path));
+      CHECK(test::rel_rmse(std::span<const float>(out), std::span<const double>(ref)) < 1e-5);
+    }
   }
 }
 
@@ -140,6 +145,11 @@ TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd
       {{4, 8, 8, 64, 8}, 200, 1, 64, true, true},    // decode, fp32 rows read in place
       {{2, 4, 4, 24, 3}, 61, 70, 20, true, false},   // fp32 rows copied (blocks not tile-aligned)
       {{5, 8, 2, 17, 4}, 0, 3, 5, false, true},      // fewer tokens than a group
+      // Query rows per item (4 tokens × heads) spanning 2, 3 and 4 lane vectors on AVX-512,
+      // latent sizes with a tail past the first 64 columns.
+      {{5, 4, 4, 20, 3}, 10, 8, 8, false, true},
+      {{9, 8, 4, 100, 6}, 40, 30, 16, false, true},
+      {{16, 8, 4, 130, 5}, 0, 70, 32, false, false},
   };
   for (const auto& s : shapes) {
     const auto& d = s.d;
@@ -152,55 +162,126 @@ TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd
     mla::cache_write(view, d, 0, P, ckv.data(), d.latent, kr.data(), d.rope);
     std::vector<float> tiled(s.T * d.heads * d.v), rowwise(tiled.size());
     const float* g = s.gated ? gate.data() : nullptr;
-    mla::attention(qn.data(), qr.data(), kvb.data(), view, d, s.pos0, s.T, g, tiled.data());
     mla::attention_rowwise(qn.data(), qr.data(), kvb.data(), view, d, s.pos0, s.T, g, rowwise.data());
-    // Relative to the largest output (both are fp32 with different summation orders; against
-    // fp64 the tiled kernel's error is the smaller of the two).
-    double worst = 0, scale = 1e-30;
-    for (std::size_t i = 0; i < tiled.size(); ++i) {
-      const double e = std::fabs(double(tiled[i]) - rowwise[i]);
-      if (!(e <= worst)) worst = e; // NaN propagates
-      scale = std::max(scale, std::fabs(double(rowwise[i])));
+    for (const isa path : test::isa_paths()) {
+      scoped_isa pin(path);
+      mla::attention(qn.data(), qr.data(), kvb.data(), view, d, s.pos0, s.T, g, tiled.data());
+      // Relative to the largest output (both are fp32 with different summation orders; against
+      // fp64 the tiled kernel's error is the smaller of the two).
+      double worst = 0, scale = 1e-30;
+      for (std::size_t i = 0; i < tiled.size(); ++i) {
+        const double e = std::fabs(double(tiled[i]) - rowwise[i]);
+        if (!(e <= worst)) worst = e; // NaN propagates
+        scale = std::max(scale, std::fabs(double(rowwise[i])));
+      }
+      INFO("heads " << d.heads << " latent " << d.latent << " pos0 " << s.pos0 << " T " << s.T << " fp32 " << s.fp32
+                    << " isa " << to_string(path));
+      CHECK(worst / scale < 1e-5);
     }
-    INFO("heads " << d.heads << " latent " << d.latent << " pos0 " << s.pos0 << " T " << s.T << " fp32 " << s.fp32);
-    CHECK(worst / scale < 1e-5);
   }
 }
 
-TEST_CASE("mla: one prefill over several tiles equals chunked prefill and token-by-token decode (fp32 rounding)", "[mla]") {
+TEST_CASE("mla: one prefill over several tiles equals chunked prefill and token-by-token decode", "[mla]") {
   test::rng r(65);
   const mla::dims d{3, 8, 4, 24, 6};
   const std::int64_t T = 140;
-  paged_cache cache(T, 16, d.row_width()), c2(T, 16, d.row_width());
   auto ckv = r.normals(T * d.latent), kr = r.normals(T * d.rope);
+  // Rows of huge magnitude: a query that must not see them gives them weight exactly 0 (a
+  // masked weight, not an underflow: e^-87 · 1e30 would still show), or the prefill could not
+  // equal the decode, which never has them in its tiles.
+  for (const std::int64_t p : {std::int64_t{5}, std::int64_t{66}, std::int64_t{131}})
+    for (int l = 0; l < d.latent; ++l) ckv[p * d.latent + l] *= 1e30f;
   auto qn = r.normals(T * d.heads * d.nope), qr = r.normals(T * d.heads * d.rope);
   auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent);
-  mla::cache_write(cache.view, d, 0, T, ckv.data(), d.latent, kr.data(), d.rope);
-  std::vector<float> all(T * d.heads * d.v), step(T * d.heads * d.v), chunked(T * d.heads * d.v);
-  mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, 0, T, nullptr, all.data());
-  for (std::int64_t t = 0; t < T; ++t) {
-    mla::cache_write(c2.view, d, t, 1, ckv.data() + t * d.latent, d.latent, kr.data() + t * d.rope, d.rope);
-    mla::attention(qn.data() + t * d.heads * d.nope, qr.data() + t * d.heads * d.rope, kvb.data(), c2.view, d, t, 1,
-                   nullptr, step.data() + t * d.heads * d.v);
-  }
-  for (std::int64_t t0 = 0; t0 < T; t0 += 37) { // chunks of 37 (groups of 4 and a remainder)
-    const std::int64_t n = std::min<std::int64_t>(37, T - t0);
-    mla::attention(qn.data() + t0 * d.heads * d.nope, qr.data() + t0 * d.heads * d.rope, kvb.data(), cache.view, d, t0, n,
-                   nullptr, chunked.data() + t0 * d.heads * d.v);
-  }
-  // The weighted row sums are small GEMMs whose summation order may depend on how many query
-  // rows share a call: equal to fp32 rounding, not bit for bit.
-  auto worst = [&](const std::vector<float>& b) {
-    double diff = 0, scale = 1e-30;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      const double e = std::fabs(double(all[i]) - b[i]);
-      if (!(e <= diff)) diff = e; // NaN propagates
-      scale = std::max(scale, std::fabs(double(all[i])));
+  for (const isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    INFO("isa " << to_string(path));
+    paged_cache cache(T, 16, d.row_width()), c2(T, 16, d.row_width());
+    mla::cache_write(cache.view, d, 0, T, ckv.data(), d.latent, kr.data(), d.rope);
+    std::vector<float> all(T * d.heads * d.v), step(T * d.heads * d.v), chunked(T * d.heads * d.v);
+    mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, 0, T, nullptr, all.data());
+    for (std::int64_t t = 0; t < T; ++t) {
+      mla::cache_write(c2.view, d, t, 1, ckv.data() + t * d.latent, d.latent, kr.data() + t * d.rope, d.rope);
+      mla::attention(qn.data() + t * d.heads * d.nope, qr.data() + t * d.heads * d.rope, kvb.data(), c2.view, d, t, 1,
+                     nullptr, step.data() + t * d.heads * d.v);
     }
-    return diff / scale;
+    for (std::int64_t t0 = 0; t0 < T; t0 += 37) { // chunks of 37 (groups of 4 and a remainder)
+      const std::int64_t n = std::min<std::int64_t>(37, T - t0);
+      mla::attention(qn.data() + t0 * d.heads * d.nope, qr.data() + t0 * d.heads * d.rope, kvb.data(), cache.view, d, t0,
+                     n, nullptr, chunked.data() + t0 * d.heads * d.v);
+    }
+    if (path == isa::avx512) {
+      // Queries in the lanes: every sum runs in a fixed order per query, whatever shares its item.
+      CHECK(all == step);
+      CHECK(all == chunked);
+      continue;
+    }
+    // The generic path's weighted row sums are small GEMMs whose summation order may depend on
+    // how many query rows share a call: equal to fp32 rounding, not bit for bit.
+    // Relative to each token's largest output (the huge rows make some tokens' outputs huge).
+    auto worst = [&](const std::vector<float>& b) {
+      double rel = 0;
+      const std::int64_t n = d.heads * d.v;
+      for (std::int64_t t = 0; t < T; ++t) {
+        double diff = 0, scale = 1e-30;
+        for (std::int64_t i = t * n; i < (t + 1) * n; ++i) {
+          const double e = std::fabs(double(all[i]) - b[i]);
+          if (!(e <= diff)) diff = e; // NaN propagates
+          scale = std::max(scale, std::fabs(double(all[i])));
+        }
+        if (!(diff / scale <= rel)) rel = diff / scale;
+      }
+      return rel;
+    };
+    CHECK(worst(step) < 1e-6);
+    CHECK(worst(chunked) < 1e-6);
+  }
+}
+
+TEST_CASE("mla: past 1024 positions the spans fold in order: prefill, chunks and decode agree at any thread count", "[mla]") {
+  test::rng r(66);
+  const mla::dims d{3, 8, 4, 24, 6};
+  const std::int64_t P = 2600; // three softmax spans of 1024 positions on the AVX-512 path
+  auto ckv = r.normals(P * d.latent), kr = r.normals(P * d.rope);
+  auto qn = r.normals(P * d.heads * d.nope), qr = r.normals(P * d.heads * d.rope);
+  auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent, 0.3f);
+  paged_cache cache(P, 64, d.row_width());
+  mla::cache_write(cache.view, d, 0, P, ckv.data(), d.latent, kr.data(), d.rope);
+  const std::int64_t n = d.heads * d.v;
+  const int threads = omp_get_max_threads();
+  // The last 9 tokens as a 9-token chunk, then one at a time, at 1–4 threads (fewer token
+  // groups than threads: the spans run in parallel and are folded afterwards).
+  const std::int64_t t0 = P - 9;
+  auto run = [&](std::int64_t pos0, std::int64_t T, std::vector<float>& out) {
+    mla::attention(qn.data() + pos0 * d.heads * d.nope, qr.data() + pos0 * d.heads * d.rope, kvb.data(), cache.view, d, pos0,
+                   T, nullptr, out.data() + (pos0 - t0) * n);
   };
-  CHECK(worst(step) < 1e-6);
-  CHECK(worst(chunked) < 1e-6);
+  std::vector<float> rowwise(9 * n);
+  mla::attention_rowwise(qn.data() + t0 * d.heads * d.nope, qr.data() + t0 * d.heads * d.rope, kvb.data(), cache.view, d, t0, 9,
+                         nullptr, rowwise.data());
+  for (const isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    std::vector<float> first(9 * n);
+    for (int nt = 1; nt <= 4; ++nt) {
+      omp_set_num_threads(nt);
+      std::vector<float> chunk(9 * n), step(9 * n);
+      run(t0, 9, chunk);
+      for (std::int64_t t = t0; t < P; ++t) run(t, 1, step);
+      INFO("isa " << to_string(path) << " threads " << nt);
+      double diff = 0, scale = 1e-30;
+      for (std::size_t i = 0; i < chunk.size(); ++i) {
+        diff = std::max(diff, std::fabs(double(chunk[i]) - rowwise[i]));
+        if (!(chunk[i] == chunk[i])) diff = INFINITY;
+        scale = std::max(scale, std::fabs(double(rowwise[i])));
+      }
+      CHECK(diff / scale < 1e-5);
+      if (path != isa::avx512) continue; // the generic path agrees to fp32 rounding only
+      CHECK(chunk == step);
+      if (nt == 1) first = chunk;
+      CHECK(chunk == first);
+    }
+    omp_set_num_threads(threads);
+  }
 }
 
 TEST_CASE("mla: the vectorized exp is within 3e-7 of exp and gives exact zeros far below", "[mla]") {
