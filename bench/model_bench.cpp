@@ -47,8 +47,14 @@ int run_model_benchmark(const model_bench_options& o) {
     (void)m->step({&e, 1});
   }
   std::vector<double> pp, tg;
+  // Like llama-bench's -d, the depth comes before both tests: pp then times a prompt appended
+  // to D tokens of context (attention over the context included), tg decodes after them.
   for (int rep = 0; rep < o.repetitions; ++rep) {
     auto s = m->new_sequence();
+    if (!ctx.empty()) {
+      const model::batch_entry e{&s, ctx, false};
+      (void)m->step({&e, 1});
+    }
     const model::batch_entry e{&s, prompt, false};
     const double t0 = now_s();
     (void)m->step({&e, 1});
@@ -84,8 +90,8 @@ int run_model_benchmark(const model_bench_options& o) {
   std::printf("\n| model | size | backend | threads | test | t/s |\n| --- | ---: | --- | ---: | ---: | ---: |\n");
   const auto pps = summarize(pp), tgs = summarize(tg);
   const std::string be = "CPU (" + std::string(to_string(active_isa())) + ")";
-  std::printf("| %s | %.2f GiB | %s | %d | pp%d | %.2f ± %.2f |\n", name.c_str(), static_cast<double>(total) / 1073741824.0,
-              be.c_str(), kernel_threads(), o.prompt_tokens, pps.mean, pps.sd);
+  std::printf("| %s | %.2f GiB | %s | %d | pp%d%s | %.2f ± %.2f |\n", name.c_str(), static_cast<double>(total) / 1073741824.0,
+              be.c_str(), kernel_threads(), o.prompt_tokens, dtag.c_str(), pps.mean, pps.sd);
   std::printf("| %s | %.2f GiB | %s | %d | tg%d%s | %.2f ± %.2f |\n\n", name.c_str(), static_cast<double>(total) / 1073741824.0,
               be.c_str(), kernel_threads(), o.gen_tokens, dtag.c_str(), tgs.mean, tgs.sd);
 
