@@ -387,19 +387,19 @@ void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b,
     while (H % HG != 0) --HG; // units must cover the heads exactly
   }
   const int hsplit = H / HG;
-  std::vector<lanes_unit> units(static_cast<std::size_t>(groups * hsplit));
-  for (std::size_t i = 0; i < units.size(); ++i) {
-    auto& u = units[i];
-    u.t0 = static_cast<std::int64_t>(i) / hsplit * G;
-    u.h0 = static_cast<int>(static_cast<std::int64_t>(i) % hsplit) * HG;
+  const std::int64_t U = groups * hsplit;
+  auto describe = [&](lanes_unit& u, std::int64_t i) {
+    u.t0 = i / hsplit * G;
+    u.h0 = static_cast<int>(i % hsplit) * HG;
     u.tg = static_cast<int>(std::min<std::int64_t>(G, T - u.t0));
     u.HG = HG;
-  }
-  const auto U = static_cast<std::int64_t>(units.size());
+  };
   if (groups >= threads || spans == 1) {
-    // One item per unit, its spans in turn.
+    // One item per unit, its spans in turn (buffers reused per thread: a long prefill chunk
+    // does not hold every group's transposed queries at once).
     parallel_for_work(U, work, [&](std::int64_t item) {
-      auto& u = units[static_cast<std::size_t>(item)];
+      thread_local lanes_unit u;
+      describe(u, item);
       u.prepare(q_nope, q_rot, kv_b, d, pos0);
       thread_local span_state total, part;
       run_span(u, 0, cache, d, scale, total);
@@ -413,12 +413,24 @@ void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b,
     });
     return;
   }
-  // Decode: (unit, span) items in waves, each wave folded in span order per query.
+  // Decode: (unit, span) items in waves of about two spans per thread, each wave folded in span
+  // order per query. Fewer units than threads here, so their buffers are few; they live on the
+  // calling thread and are reused from call to call.
+  thread_local std::vector<lanes_unit> units_tl;
+  thread_local std::vector<span_state> parts_tl, totals_tl;
+  // Named through references: inside the parallel lambdas a thread_local name would mean each
+  // worker's own (empty) copy.
+  auto& units = units_tl;
+  auto& parts = parts_tl;
+  auto& totals = totals_tl;
+  units.resize(static_cast<std::size_t>(U));
+  for (std::int64_t i = 0; i < U; ++i) describe(units[static_cast<std::size_t>(i)], i);
   parallel_for_work(U, work / std::max<std::int64_t>(1, spans), [&](std::int64_t item) {
     units[static_cast<std::size_t>(item)].prepare(q_nope, q_rot, kv_b, d, pos0);
   });
-  const std::int64_t wave = std::min<std::int64_t>(spans, 8 * static_cast<std::int64_t>(threads));
-  std::vector<span_state> parts(static_cast<std::size_t>(U * wave)), totals(static_cast<std::size_t>(U));
+  const std::int64_t wave = std::min<std::int64_t>(spans, 2 * std::max<std::int64_t>(1, (threads + U - 1) / U));
+  parts.resize(static_cast<std::size_t>(U * wave));
+  totals.resize(static_cast<std::size_t>(U));
   for (std::int64_t i = 0; i < U; ++i) totals[static_cast<std::size_t>(i)].reset(units[static_cast<std::size_t>(i)], L);
   for (std::int64_t s0 = 0; s0 < spans; s0 += wave) {
     const std::int64_t nw = std::min(wave, spans - s0);
