@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/ops/norms.hpp"
 
@@ -9,9 +10,18 @@ namespace k3::ops {
 
 void attnres_mix(const float* const* sources, int num_sources, const float* w, float eps, std::int64_t n,
                  float* out) noexcept {
-  constexpr int max_sources = 64;
-  float score[max_sources];
-  const int S = std::min(num_sources, max_sources);
+  if (num_sources <= 0) { // an empty mix (the contract asks for S ≥ 1): zeros, never garbage
+    std::fill(out, out + n, 0.0f);
+    return;
+  }
+  // Scores on the stack up to 64 sources (K3: 93 layers in blocks of a few), on the heap past
+  // that: a checkpoint with tiny blocks must not lose its oldest sources.
+  constexpr int stack_sources = 64;
+  float stack_score[stack_sources];
+  std::vector<float> heap_score;
+  const int S = num_sources;
+  if (S > stack_sources) heap_score.resize(static_cast<std::size_t>(S));
+  float* score = S > stack_sources ? heap_score.data() : stack_score;
   for (int s = 0; s < S; ++s) {
     const float* v = sources[s];
     const float inv = 1.0f / std::sqrt(sum_squares(v, n) / static_cast<float>(n) + eps);
@@ -31,12 +41,11 @@ void attnres_mix(const float* const* sources, int num_sources, const float* w, f
 
 void attnres_mix_batch(const float* const* sources, int num_sources, const float* w, float eps, std::int64_t tokens,
                        std::int64_t n, float* out) noexcept {
-  constexpr int max_sources = 64;
-  const float* row[max_sources];
-  const int S = std::min(num_sources, max_sources);
+  const int S = std::max(num_sources, 0);
+  std::vector<const float*> row(static_cast<std::size_t>(S));
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (int s = 0; s < S; ++s) row[s] = sources[s] + t * n;
-    attnres_mix(row, S, w, eps, n, out + t * n);
+    attnres_mix(row.data(), S, w, eps, n, out + t * n);
   }
 }
 
