@@ -246,9 +246,6 @@ void tile_generic(const float* qt, int Q, int HG, std::int64_t base, const float
   // acc += P · rows (latent part) as one small GEMM per tile.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Q, L, nk, 1.0f, sc, tile_rows, rows, W, 1.0f, acc, L);
 }
-} // namespace
-
-namespace {
 
 // q̃ = [W_UK,hᵀ q_nope | q_rot] for token t, head h (W floats).
 void absorb_query(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t t, int h,

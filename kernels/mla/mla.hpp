@@ -13,7 +13,8 @@
 //   K3:    o_h ⊙= sigmoid(gate_h)       (gate = g_proj x, pass nullptr for Kimi Linear)
 // No RoPE anywhere: k_rot is shared by all heads and never rotated.
 //
-// Threading: parallel over (token group, head group) on the kernel pool. The cache must already hold rows
+// Threading: parallel over (token group, head group) on the kernel pool; a decode step on
+// AVX-512 also splits the cache positions over the threads. The cache must already hold rows
 // [0, pos0 + T) (write this chunk with cache_write first), so one prefill, chunked prefill and
 // token-by-token decode see identical inputs.
 
@@ -54,12 +55,16 @@ void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std:
 /// q_nope [T, H, nope], q_rot [T, H, rope]; kv_b [H·(nope+v), latent] fp32 (the checkpoint's
 /// kv_b_proj, upcast); gate [T, H·v] or nullptr; out [T, H·v].
 ///
-/// Tiled (flash-attention style): a work item is up to 4 query tokens × the heads (decode:
-/// the heads split over the threads), walking the cache in 64-row tiles widened to fp32 once
-/// per tile and shared by all its query rows: scores 4 × 4 register-blocked, one online-softmax
-/// rescale per tile, a vectorized exp, and the weighted row sum as one small sgemm per tile.
-/// One prefill, chunked prefill and token-by-token decode agree to fp32 rounding (≤ 1e-6
-/// relative, tested), not bit for bit.
+/// Tiled (flash-attention style): a work item is up to 4 query tokens × the heads, walking the
+/// cache in 64-row tiles widened to fp32 once per tile and shared by all its query rows, with
+/// an online softmax per query row. Two paths, chosen by the active ISA:
+/// - AVX-512: the queries in the lanes (mla_tile.hpp); the softmax over fixed 1024-position
+///   spans folded in order, which lets decode split the positions over the threads. Every sum
+///   has a fixed order per query: one prefill, chunked prefill and token-by-token decode give
+///   the same bits at any thread count.
+/// - Otherwise: scores 4 × 4 register-blocked, the weighted row sum as one small sgemm per tile,
+///   decode splitting the heads over the threads; the orders agree to fp32 rounding (≤ 1e-6
+///   relative), not bit for bit.
 void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
                std::int64_t pos0, std::int64_t T, const float* gate, float* out);
 /// The previous kernel (one cache row at a time per token and head): the comparison point of
