@@ -149,14 +149,44 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scores_4x4(con
     }
 }
 
-// y += a · x (n floats). Explicit 16-wide chunks and a scalar tail: which elements take which
-// path depends only on n, never on the pointers' alignment (an auto-vectorized loop may peel
-// for alignment), so a row's result does not depend on where its buffer happens to sit.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* __restrict y, const float* __restrict x, float a,
-                                                                        int n) {
-  int i = 0;
-  for (; i + 16 <= n; i += 16) store16(y + i, load16(y + i) + a * load16(x + i));
-  for (; i < n; ++i) y[i] += a * x[i];
+
+// q[x][l] = Σ_n qn[x][n] · wk[n][l] for 4 query rows (callers pad with repeated rows) over all
+// n in order: each weight row is loaded once for the 4 rows (16 multiply-adds per 8 loads where
+// an axpy per row had 3 memory operations per multiply-add). Which columns go through which
+// block depends on L alone, so a row's values do not depend on the rows beside it.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void absorb_4(const float* const* qn, const float* wk, int N, int L,
+                                                                            float* const* q) {
+  int l = 0;
+  for (; l + 64 <= L; l += 64) {
+    v16 a[4][4] = {};
+    for (int n = 0; n < N; ++n) {
+      const float* w = wk + static_cast<std::int64_t>(n) * L + l;
+      const v16 w0 = load16(w), w1 = load16(w + 16), w2 = load16(w + 32), w3 = load16(w + 48);
+      for (int x = 0; x < 4; ++x) {
+        const float c = qn[x][n];
+        a[x][0] += c * w0;
+        a[x][1] += c * w1;
+        a[x][2] += c * w2;
+        a[x][3] += c * w3;
+      }
+    }
+    for (int x = 0; x < 4; ++x)
+      for (int v = 0; v < 4; ++v) store16(q[x] + l + 16 * v, a[x][v]);
+  }
+  for (; l + 16 <= L; l += 16) {
+    v16 a[4] = {};
+    for (int n = 0; n < N; ++n) {
+      const v16 w = load16(wk + static_cast<std::int64_t>(n) * L + l);
+      for (int x = 0; x < 4; ++x) a[x] += qn[x][n] * w;
+    }
+    for (int x = 0; x < 4; ++x) store16(q[x] + l, a[x]);
+  }
+  for (; l < L; ++l)
+    for (int x = 0; x < 4; ++x) {
+      float a = 0.0f;
+      for (int n = 0; n < N; ++n) a += qn[x][n] * wk[static_cast<std::int64_t>(n) * L + l];
+      q[x][l] = a;
+    }
 }
 
 } // namespace
@@ -247,16 +277,50 @@ void tile_generic(const float* qt, int Q, int HG, std::int64_t base, const float
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Q, L, nk, 1.0f, sc, tile_rows, rows, W, 1.0f, acc, L);
 }
 
-// q̃ = [W_UK,hᵀ q_nope | q_rot] for token t, head h (W floats).
-void absorb_query(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t t, int h,
-                  float* q) {
+// q̃ = [W_UK,hᵀ q_nope | q_rot] for tokens t0 … t0+tg−1 (tg ≤ 4) and head h: row x at
+// q + x·ldq (W floats). A row's values do not depend on tg.
+void absorb_queries(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t t0, int tg, int h,
+                    float* q, std::int64_t ldq) {
   const int H = d.heads, N = d.nope, R = d.rope, L = d.latent, V = d.v;
-  std::fill(q, q + L, 0.0f);
-  const float* wk = kv_b + static_cast<std::int64_t>(h) * (N + V) * L;
-  const float* qn = q_nope + (t * H + h) * N;
-  for (int n = 0; n < N; ++n) axpy(q, wk + static_cast<std::int64_t>(n) * L, qn[n], L);
-  const float* qr = q_rot + (t * H + h) * R;
-  for (int r = 0; r < R; ++r) q[L + r] = qr[r];
+  thread_local std::vector<float> pad; // where the padding rows' results go (never read)
+  pad.resize(static_cast<std::size_t>(L));
+  const float* qn[4];
+  float* rows[4];
+  for (int x = 0; x < 4; ++x) {
+    qn[x] = q_nope + ((t0 + std::min(x, tg - 1)) * H + h) * N;
+    rows[x] = x < tg ? q + x * ldq : pad.data();
+  }
+  absorb_4(qn, kv_b + static_cast<std::int64_t>(h) * (N + V) * L, N, L, rows);
+  for (int x = 0; x < tg; ++x) {
+    const float* qr = q_rot + ((t0 + x) * H + h) * R;
+    std::copy_n(qr, R, q + x * ldq + L);
+  }
+}
+
+// out[t0 + x, h] = gate ⊙ W_UV,h (acc_x / sum_x) for tg ≤ 4 tokens (acc rows at acc[x]): the
+// V dot products 4 rows × 4 tokens at a time. A token's values do not depend on tg.
+void project_out(const float* kv_b, const dims& d, const float* const* acc, const float* sum, std::int64_t t0, int tg, int h,
+                 const float* gate, float* out) {
+  const int H = d.heads, N = d.nope, L = d.latent, V = d.v;
+  const float* wv = kv_b + static_cast<std::int64_t>(h) * (N + V) * L + static_cast<std::int64_t>(N) * L; // [V, L]
+  const float* a[4];
+  for (int x = 0; x < 4; ++x) a[x] = acc[std::min(x, tg - 1)];
+  for (int j0 = 0; j0 < V; j0 += 4) {
+    const float* w[4];
+    for (int y = 0; y < 4; ++y) w[y] = wv + static_cast<std::int64_t>(std::min(j0 + y, V - 1)) * L;
+    float blk[4][4];
+    scores_4x4(a, w, L, blk);
+    for (int x = 0; x < tg; ++x) {
+      const std::int64_t t = t0 + x;
+      float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;
+      const float* gt = gate ? gate + t * H * V + static_cast<std::int64_t>(h) * V : nullptr;
+      const float inv = 1.0f / sum[x];
+      for (int y = 0; y < 4 && j0 + y < V; ++y) {
+        const float v = inv * blk[x][y];
+        o[j0 + y] = gt ? v / (1.0f + std::exp(-gt[j0 + y])) : v;
+      }
+    }
+  }
 }
 
 // Rows [p0, p0 + nk) as fp32 [nk][W]: in place for a tile-aligned fp32 cache, else widened /
@@ -268,20 +332,6 @@ const float* load_tile(const cache_view& cache, int W, std::int64_t p0, int nk, 
     else widen_rows(cache.row(p0 + k, W), tile + static_cast<std::size_t>(k) * W, W);
   }
   return tile;
-}
-
-// out[t, h] = gate ⊙ W_UV,h (acc / sum).
-void project_out(const float* kv_b, const dims& d, const float* acc, float sum, std::int64_t t, int h, const float* gate,
-                 float* out) {
-  const int H = d.heads, N = d.nope, L = d.latent, V = d.v;
-  const float* wv = kv_b + static_cast<std::int64_t>(h) * (N + V) * L + static_cast<std::int64_t>(N) * L; // [V, L]
-  const float inv = 1.0f / sum;
-  float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;
-  const float* gt = gate ? gate + t * H * V + static_cast<std::int64_t>(h) * V : nullptr;
-  for (int j = 0; j < V; ++j) {
-    const float x = inv * score_row(wv + static_cast<std::int64_t>(j) * L, acc, L);
-    o[j] = gt ? x / (1.0f + std::exp(-gt[j])) : x;
-  }
 }
 
 // ---- Queries in the lanes (AVX-512) -----------------------------------------------------------
@@ -309,11 +359,13 @@ struct lanes_unit {
     last = pos0 + t0 + tg - 1;
     buf.assign(static_cast<std::size_t>(W) * QP + 16, 0.0f);
     qT = buf.data() + (16 - (reinterpret_cast<std::uintptr_t>(buf.data()) / 4) % 16) % 16;
-    std::vector<float> q(static_cast<std::size_t>(W));
-    for (int i = 0; i < Q; ++i) {
-      absorb_query(q_nope, q_rot, kv_b, d, t0 + i / HG, h0 + i % HG, q.data());
-      for (int w = 0; w < W; ++w) qT[static_cast<std::size_t>(w) * QP + i] = q[static_cast<std::size_t>(w)];
-    }
+    thread_local std::vector<float> rows; // [Q][W], row i = token i / HG, head i % HG
+    rows.resize(static_cast<std::size_t>(Q) * W);
+    for (int hi = 0; hi < HG; ++hi)
+      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
+                     static_cast<std::int64_t>(HG) * W);
+    for (int i = 0; i < Q; ++i)
+      for (int w = 0; w < W; ++w) qT[static_cast<std::size_t>(w) * QP + i] = rows[static_cast<std::size_t>(i) * W + w];
     see.resize(static_cast<std::size_t>(QP));
     for (int i = 0; i < QP; ++i) see[static_cast<std::size_t>(i)] = i < Q ? static_cast<std::int32_t>(pos0 + t0 + i / HG) : INT32_MAX;
   }
@@ -404,9 +456,16 @@ void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b,
         run_span(u, s, cache, d, scale, part);
         for (int i = 0; i < u.Q; ++i) fold_query(total, part, i, L);
       }
-      for (int i = 0; i < u.Q; ++i)
-        project_out(kv_b, d, total.acc.data() + static_cast<std::size_t>(i) * L, total.sum[static_cast<std::size_t>(i)],
-                    u.t0 + i / HG, u.h0 + i % HG, gate, out);
+      for (int hi = 0; hi < HG; ++hi) {
+        const float* acc[4];
+        float sum[4];
+        for (int ti = 0; ti < u.tg; ++ti) {
+          const auto i = static_cast<std::size_t>(ti * HG + hi);
+          acc[ti] = total.acc.data() + i * L;
+          sum[ti] = total.sum[i];
+        }
+        project_out(kv_b, d, acc, sum, u.t0, u.tg, u.h0 + hi, gate, out);
+      }
     });
     return;
   }
@@ -456,9 +515,10 @@ void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b,
           fold_query(total, part, i, L);
         }
       }
-      if (final_wave)
-        project_out(kv_b, d, total.acc.data() + static_cast<std::size_t>(i) * L, total.sum[static_cast<std::size_t>(i)],
-                    u.t0 + i / HG, u.h0 + i % HG, gate, out);
+      if (final_wave) {
+        const float* acc = total.acc.data() + static_cast<std::size_t>(i) * L;
+        project_out(kv_b, d, &acc, &total.sum[static_cast<std::size_t>(i)], u.t0 + i / HG, 1, u.h0 + i % HG, gate, out);
+      }
     });
   }
 }
@@ -497,16 +557,25 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
     sum.assign(static_cast<std::size_t>(Q), 0.0f);
     tile.resize(static_cast<std::size_t>(tile_rows) * W);
     sc.resize(static_cast<std::size_t>(Q) * tile_rows);
-    for (int q = 0; q < Q; ++q) absorb_query(q_nope, q_rot, kv_b, d, t0 + q / HG, h0 + q % HG, qt.data() + static_cast<std::size_t>(q) * W);
+    for (int hi = 0; hi < HG; ++hi)
+      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, qt.data() + static_cast<std::size_t>(hi) * W,
+                     static_cast<std::int64_t>(HG) * W);
     const std::int64_t last = pos0 + t0 + tg - 1; // the furthest position any query row sees
     for (std::int64_t p0 = 0; p0 <= last; p0 += tile_rows) {
       const int nk = static_cast<int>(std::min<std::int64_t>(tile_rows, last - p0 + 1));
       tile_generic(qt.data(), Q, HG, pos0 + t0, load_tile(cache, W, p0, nk, tile.data()), nk, p0, d, scale, sc.data(), m.data(),
                    sum.data(), acc.data());
     }
-    for (int q = 0; q < Q; ++q)
-      project_out(kv_b, d, acc.data() + static_cast<std::size_t>(q) * L, sum[static_cast<std::size_t>(q)], t0 + q / HG, h0 + q % HG,
-                  gate, out);
+    for (int hi = 0; hi < HG; ++hi) {
+      const float* a[4];
+      float sm[4];
+      for (int ti = 0; ti < tg; ++ti) {
+        const auto i = static_cast<std::size_t>(ti * HG + hi);
+        a[ti] = acc.data() + i * L;
+        sm[ti] = sum[i];
+      }
+      project_out(kv_b, d, a, sm, t0, tg, h0 + hi, gate, out);
+    }
   });
 }
 
