@@ -72,6 +72,17 @@ std::vector<std::int32_t> random_prompt(test::rng& r, int n, int vocab) {
   return p;
 }
 
+/// A tiny K3 checkpoint written into `dir`, and engine options serving it from a 32 MiB KV
+/// budget with 512-token sequences.
+engine_options tiny_k3_engine(const std::string& dir) {
+  model::make_model(test::tiny_options(model::family::kimi_k3), dir);
+  engine_options o;
+  o.model_dir = dir;
+  o.kv_memory_bytes = 32 << 20;
+  o.max_model_len = 512;
+  return o;
+}
+
 /// Expected tokens: each request alone, offline (the `k3 run` path).
 std::vector<std::int32_t> solo(const std::string& dir, const std::vector<std::int32_t>& prompt, int max_tokens,
                                const std::vector<std::int32_t>& stops) {
@@ -88,12 +99,8 @@ std::vector<std::int32_t> solo(const std::string& dir, const std::vector<std::in
 
 TEST_CASE("actors: 32 concurrent greedy requests equal each request run alone", "[actors]") {
   test::temp_dir d("e2e");
-  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
   system_fixture f;
-  engine_options o;
-  o.model_dir = d.str();
-  o.kv_memory_bytes = 32 << 20;
-  o.max_model_len = 512;
+  engine_options o = tiny_k3_engine(d.str());
   o.max_num_batched_tokens = 96; // forces chunked prefill and mixed steps
   auto eng = llm_engine::start(f.sys, o);
   collector col;
@@ -123,12 +130,8 @@ TEST_CASE("actors: 32 concurrent greedy requests equal each request run alone", 
 
 TEST_CASE("actors: CPU-only numerics with device cuda are refused, naming the option", "[actors]") {
   test::temp_dir d("cpuonly");
-  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
   system_fixture f;
-  engine_options o;
-  o.model_dir = d.str();
-  o.kv_memory_bytes = 32 << 20;
-  o.max_model_len = 512;
+  engine_options o = tiny_k3_engine(d.str());
   o.device = "cuda";
   o.int8_activations = true;
   REQUIRE_THROWS_WITH(llm_engine::start(f.sys, o), Catch::Contains("--int8-activations runs on the CPU only"));
