@@ -9,6 +9,7 @@ packages=(
   libopenblas-openmp-dev libbenchmark-dev libcli11-dev
   clang libclang-rt-14-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev libssl-dev libdnnl-dev
+  ocl-icd-opencl-dev  # libdnnl-dev's CMake package requires OpenCL (only recommended by apt)
 )
 # Node.js runs the test peers (js-tiktoken, the OpenAI SDK); use the machine's own when present.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
