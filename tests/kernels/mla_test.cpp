@@ -103,15 +103,29 @@ TEST_CASE("mla: one prefill equals token-by-token decode exactly", "[mla]") {
   auto qn = r.normals(T * d.heads * d.nope), qr = r.normals(T * d.heads * d.rope);
   auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent);
   mla::cache_write(cache.view, d, 0, T, ckv.data(), d.latent, kr.data(), d.rope);
-  std::vector<float> all(T * d.heads * d.v), step(T * d.heads * d.v);
-  mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, 0, T, nullptr, all.data());
   paged_cache c2(T, 4, d.row_width());
-  for (std::int64_t t = 0; t < T; ++t) {
+  for (std::int64_t t = 0; t < T; ++t)
     mla::cache_write(c2.view, d, t, 1, ckv.data() + t * d.latent, d.latent, kr.data() + t * d.rope, d.rope);
-    mla::attention(qn.data() + t * d.heads * d.nope, qr.data() + t * d.heads * d.rope, kvb.data(), c2.view, d, t, 1,
-                   nullptr, step.data() + t * d.heads * d.v);
+  // The contract (mla.hpp): bit for bit on the AVX-512 path (queries in the lanes, fixed sum
+  // orders); the generic tiles (AVX2, scalar) group queries differently in prefill and decode
+  // and agree to fp32 rounding.
+  for (const isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    INFO("isa " << to_string(path));
+    std::vector<float> all(T * d.heads * d.v), step(T * d.heads * d.v);
+    mla::attention(qn.data(), qr.data(), kvb.data(), cache.view, d, 0, T, nullptr, all.data());
+    for (std::int64_t t = 0; t < T; ++t)
+      mla::attention(qn.data() + t * d.heads * d.nope, qr.data() + t * d.heads * d.rope, kvb.data(), c2.view, d, t, 1,
+                     nullptr, step.data() + t * d.heads * d.v);
+    if (path == isa::avx512) {
+      CHECK(all == step);
+    } else {
+      double worst = 0;
+      for (std::size_t i = 0; i < all.size(); ++i)
+        worst = test::nan_max(worst, std::abs(double(all[i]) - step[i]) / std::max(1.0, std::abs(double(all[i]))));
+      CHECK(worst <= 1e-6);
+    }
   }
-  CHECK(all == step);
 }
 
 TEST_CASE("mla: the first token attends only to itself", "[mla]") {
