@@ -61,6 +61,12 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
     });
     return;
   }
+  if (active_isa() == isa::avx2) {
+    parallel_for_work(blocks, T * C * K, [&](std::int64_t blk) {
+      detail::short_conv_avx2(x, T, C, w, K, state, y, blk * 256, std::min(C, (blk + 1) * 256));
+    });
+    return;
+  }
   auto conv_block = [&](std::int64_t blk) {
     float hist[16];
     for (std::int64_t c = blk * 256; c < std::min(C, (blk + 1) * 256); ++c) {

@@ -38,14 +38,18 @@ struct dims {
 /// Causal depthwise conv + SiLU with carried state. x, y: [T, C]; w: [C, K] (w[c][K-1] multiplies
 /// the current token); state: [C, K-1], the last K-1 pre-conv inputs, oldest first, updated in
 /// place (zeros for a fresh sequence). y may alias x.
-/// On AVX-512 sixteen channels per vector with the vector exponential (fast_math_avx512.hpp;
-/// within ~1e-6 of the scalar form), elsewhere channel by channel with libm exp.
+/// On AVX-512 sixteen channels per vector, on AVX2 eight, with the vector exponential
+/// (fast_math_avx512.hpp / fast_math_avx2.hpp; within ~1e-6 of the scalar form); the scalar
+/// path goes channel by channel with libm exp.
 void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, int K, float* state, float* y);
 
 namespace detail {
 /// The AVX-512 form over channels [c0, c1) (serial; short_conv parallelises over blocks).
 void short_conv_avx512(const float* x, std::int64_t T, std::int64_t C, const float* w, int K, float* state, float* y,
                        std::int64_t c0, std::int64_t c1);
+/// The AVX2+FMA form, same contract.
+void short_conv_avx2(const float* x, std::int64_t T, std::int64_t C, const float* w, int K, float* state, float* y,
+                     std::int64_t c0, std::int64_t c1);
 } // namespace detail
 
 // ---- gates --------------------------------------------------------------------------------

@@ -10,12 +10,14 @@ namespace k3::ops {
 
 void silu_glu(const float* gate, const float* up, std::int64_t n, float* out) noexcept {
   if (active_isa() == isa::avx512) return detail::silu_glu_avx512(gate, up, n, out);
+  if (active_isa() == isa::avx2) return detail::silu_glu_avx2(gate, up, n, out);
   // fast_sigmoid, not libm: a call per element (tanhf/expf were ~10 % of a bench3 prefill step).
   for (std::int64_t i = 0; i < n; ++i) out[i] = gate[i] * fast_sigmoid(gate[i]) * up[i];
 }
 
 void situ_glu(const float* gate, const float* up, std::int64_t n, const situ_params& p, float* out) noexcept {
   if (active_isa() == isa::avx512) return detail::situ_glu_avx512(gate, up, n, p, out);
+  if (active_isa() == isa::avx2) return detail::situ_glu_avx2(gate, up, n, p, out);
   const float ib = 1.0f / p.beta;
   const bool lin = p.linear_beta > 0.0f;
   const float ilb = lin ? 1.0f / p.linear_beta : 0.0f;

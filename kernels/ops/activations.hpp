@@ -8,7 +8,8 @@
 //
 // The GLU forms read gate/up as two arrays of `n` (or, for the fused `gate_up` layout produced
 // by one GEMM over concatenated [w1; w3], as the first and second half of each row).
-// The GLUs run 16 lanes at a time on AVX-512 and element by element elsewhere (fast_math.hpp).
+// The GLUs run 16 lanes at a time on AVX-512, 8 on AVX2 and element by element on the scalar
+// path (fast_math.hpp).
 
 #include <cstdint>
 
@@ -28,9 +29,12 @@ void situ_glu_fused(const float* gate_up, std::int64_t rows, std::int64_t n, con
                     float* out) noexcept;
 
 namespace detail {
-// AVX-512 forms (same formulas, FMA polynomials); the public functions pick them by active_isa().
+// AVX-512 and AVX2 forms (same formulas, FMA polynomials); the public functions pick them by
+// active_isa().
 void silu_glu_avx512(const float* gate, const float* up, std::int64_t n, float* out) noexcept;
 void situ_glu_avx512(const float* gate, const float* up, std::int64_t n, const situ_params& p, float* out) noexcept;
+void silu_glu_avx2(const float* gate, const float* up, std::int64_t n, float* out) noexcept;
+void situ_glu_avx2(const float* gate, const float* up, std::int64_t n, const situ_params& p, float* out) noexcept;
 } // namespace detail
 
 /// In-place softmax over each of `rows` rows of n elements.
