@@ -96,6 +96,33 @@ TEST_CASE("mxfp4 gemm: NaN scale poisons exactly its row", "[mxfp4][gemm]") {
     }
 }
 
+TEST_CASE("mxfp4 gemm: every finite scale byte scales exactly as the format defines", "[mxfp4][gemm]") {
+  // Row e has scale byte e (0 … 254, 2^-127 subnormal included) and one nonzero weight, 0.5 in
+  // column 0, so each path's result is the exact product 3 · 0.5 · 2^(e−127) (the SIMD paths
+  // decode scales through their own tables).
+  packed_matrix w;
+  w.rows = 255;
+  w.cols = 32;
+  w.packed.assign(static_cast<std::size_t>(w.rows * w.cols / 2), 0);
+  w.scales.resize(static_cast<std::size_t>(w.rows));
+  for (std::int64_t e = 0; e < w.rows; ++e) {
+    w.packed[static_cast<std::size_t>(e * w.cols / 2)] = 0x01; // column 0: E2M1 code 1 = 0.5
+    w.scales[static_cast<std::size_t>(e)] = static_cast<std::uint8_t>(e);
+  }
+  for (isa path : test::isa_paths())
+    for (std::int64_t m : {1, 16}) {
+      scoped_isa pin(path);
+      std::vector<float> x(static_cast<std::size_t>(m * w.cols), 0.0f), y(static_cast<std::size_t>(m * w.rows), NAN);
+      for (std::int64_t t = 0; t < m; ++t) x[static_cast<std::size_t>(t * w.cols)] = 3.0f;
+      gemm(x.data(), w.cols, m, matrix_view::of(w), y.data(), w.rows);
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t e = 0; e < w.rows; ++e) {
+          INFO("isa=" << to_string(path) << " m=" << m << " scale byte " << e);
+          REQUIRE(y[static_cast<std::size_t>(t * w.rows + e)] == 3.0f * decode(1, static_cast<std::uint8_t>(e)));
+        }
+    }
+}
+
 TEST_CASE("mxfp4 gemm: in a batch, a token's result does not depend on the other tokens", "[mxfp4][gemm]") {
   // Batches of 7+ tokens run with the tokens in the lanes of one tile (AVX-512); every lane
   // sums its own products in one order, so a token gives the same bits in a tile of 9 as in a
