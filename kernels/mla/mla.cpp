@@ -119,8 +119,8 @@ inline v16 hsum16(v16 a0, v16 a1, v16 a2, v16 a3, v16 a4, v16 a5, v16 a6, v16 a7
 // out[x][y] = q[x] · r[y] (n floats) for 4 query rows and 4 cache rows. Each pair is summed in
 // the same order whatever rows share the call (callers pad with repeated rows), so a query's
 // scores do not depend on its neighbours.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void scores_4x4(const float* const* q, const float* const* r, int n,
-                                                                              float (*out)[4]) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void scores_4x4_v16(const float* const* q, const float* const* r,
+                                                                                  int n, float (*out)[4]) {
   v16 a[4][4] = {};
   int i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -151,8 +151,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void scores_4x4(con
 // n in order: each weight row is loaded once for the 4 rows (16 multiply-adds per 8 loads where
 // an axpy per row had 3 memory operations per multiply-add). Which columns go through which
 // block depends on L alone, so a row's values do not depend on the rows beside it.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void absorb_4(const float* const* qn, const float* wk, int N, int L,
-                                                                            float* const* q) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void absorb_4_v16(const float* const* qn, const float* wk, int N,
+                                                                                int L, float* const* q) {
   int l = 0;
   for (; l + 64 <= L; l += 64) {
     v16 a[4][4] = {};
@@ -185,6 +185,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void absorb_4(const
       q[x][l] = a;
     }
 }
+
+// The 16-float forms above fit AVX-512's registers; on the AVX2 path their 16 accumulators
+// would be 32 ymm halves, so it takes mla_avx2.cpp's forms, blocked for 16 registers.
+using scores_fn = void (*)(const float* const*, const float* const*, int, float (*)[4]);
+using absorb_fn = void (*)(const float* const*, const float*, int, int, float* const*);
+scores_fn scores_4x4() noexcept { return active_isa() == isa::avx2 ? detail::scores_4x4_avx2 : scores_4x4_v16; }
+absorb_fn absorb_4() noexcept { return active_isa() == isa::avx2 ? detail::absorb_4_avx2 : absorb_4_v16; }
 
 } // namespace
 
@@ -230,6 +237,7 @@ namespace {
 void tile_generic(const float* qt, int Q, int HG, std::int64_t base, const float* rows, int nk, std::int64_t p0,
                   const dims& d, float scale, float* sc, float* m, float* sum, float* acc) {
   const int W = d.row_width(), L = d.latent;
+  const scores_fn scores = scores_4x4();
   // Scores of every query row against the tile, 4 × 4 at a time (padded with repeated
   // rows); positions a row may not see get weight 0 below.
   for (int q0 = 0; q0 < Q; q0 += 4) {
@@ -239,7 +247,7 @@ void tile_generic(const float* qt, int Q, int HG, std::int64_t base, const float
       const float* rs[4];
       for (int y = 0; y < 4; ++y) rs[y] = rows + static_cast<std::size_t>(std::min(k0 + y, nk - 1)) * W;
       float blk[4][4];
-      scores_4x4(qs, rs, W, blk);
+      scores(qs, rs, W, blk);
       for (int x = 0; x < 4 && q0 + x < Q; ++x)
         for (int y = 0; y < 4 && k0 + y < nk; ++y) sc[static_cast<std::size_t>(q0 + x) * tile_rows + k0 + y] = scale * blk[x][y];
     }
@@ -291,7 +299,7 @@ void absorb_queries(const float* q_nope, const float* q_rot, const float* kv_b, 
     qn[x] = q_nope + ((t0 + std::min(x, tg - 1)) * H + h) * N;
     rows[x] = x < tg ? q + x * ldq : pad.data();
   }
-  absorb_4(qn, kv_b + static_cast<std::int64_t>(h) * (N + V) * L, N, L, rows);
+  absorb_4()(qn, kv_b + static_cast<std::int64_t>(h) * (N + V) * L, N, L, rows);
   for (int x = 0; x < tg; ++x) {
     const float* qr = q_rot + ((t0 + x) * H + h) * R;
     std::copy_n(qr, R, q + x * ldq + L);
@@ -306,11 +314,12 @@ void project_out(const float* kv_b, const dims& d, const float* const* acc, cons
   const float* wv = kv_b + static_cast<std::int64_t>(h) * (N + V) * L + static_cast<std::int64_t>(N) * L; // [V, L]
   const float* a[4];
   for (int x = 0; x < 4; ++x) a[x] = acc[std::min(x, tg - 1)];
+  const scores_fn scores = scores_4x4();
   for (int j0 = 0; j0 < V; j0 += 4) {
     const float* w[4];
     for (int y = 0; y < 4; ++y) w[y] = wv + static_cast<std::int64_t>(std::min(j0 + y, V - 1)) * L;
     float blk[4][4];
-    scores_4x4(a, w, L, blk);
+    scores(a, w, L, blk);
     for (int x = 0; x < tg; ++x) {
       const std::int64_t t = t0 + x;
       float* o = out + t * H * V + static_cast<std::int64_t>(h) * V;

@@ -20,6 +20,12 @@ inline v16 load16(const float* p) {
 }
 inline void store16(float* p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
 
+/// AVX2 forms of the generic path's register-blocked products (mla_avx2.cpp): out[x][y] =
+/// q[x] · r[y] over n floats for 4 × 4 rows; q[x][l] = Σ_n qn[x][n] · wk[n][l] for 4 rows.
+/// Each output's sum order depends on n (N) alone, not on the rows sharing the call.
+void scores_4x4_avx2(const float* const* q, const float* const* r, int n, float (*out)[4]);
+void absorb_4_avx2(const float* const* qn, const float* wk, int N, int L, float* const* q);
+
 /// q̃ = [W_UK,hᵀ q_nope | q_rot] for tokens t0 … t0+tg−1 (tg ≤ 4) and head h: row x at
 /// q + x·ldq (W floats). A row's values do not depend on tg.
 void absorb_queries(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t t0, int tg, int h,
