@@ -28,6 +28,25 @@ __attribute__((target("avx512f"))) std::uint64_t sum512(const std::uint8_t* p, s
   return s;
 }
 
+// The AVX2 form: without it AVX2-only CPUs timed a 64-bit scalar loop that reads ~1.5× slower
+// than their bf16 GEMV streams, so every ratio to streaming came out above 1.
+__attribute__((target("avx2"))) std::uint64_t sum256(const std::uint8_t* p, std::int64_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  std::int64_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  std::uint64_t s = 0;
+  for (std::uint64_t v : lanes) s += v;
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
 std::uint64_t sum_generic(const std::uint8_t* p, std::int64_t n) {
   std::uint64_t s0 = 0, s1 = 0;
   std::int64_t i = 0;
@@ -84,11 +103,12 @@ std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::
   std::vector<piece> pieces;
   for (const auto& [p, n] : regions)
     for (std::int64_t o = 0; o < n; o += chunk) pieces.push_back({p + o, std::min(chunk, n - o)});
-  const bool wide = __builtin_cpu_supports("avx512f");
+  const bool wide = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
   std::atomic<std::uint64_t> total{0};
   parallel_for(static_cast<std::int64_t>(pieces.size()), [&](std::int64_t i) {
     const auto& pc = pieces[static_cast<std::size_t>(i)];
-    total.fetch_add(wide ? sum512(pc.p, pc.n) : sum_generic(pc.p, pc.n), std::memory_order_relaxed);
+    total.fetch_add(wide ? sum512(pc.p, pc.n) : avx2 ? sum256(pc.p, pc.n) : sum_generic(pc.p, pc.n),
+                    std::memory_order_relaxed);
   });
   return total.load();
 }
