@@ -20,9 +20,10 @@
 namespace k3::mxfp4::detail {
 namespace {
 
-// 0.5 · e8m0_decode(e) for every scale byte (the E2M1 table holds 2·value): a table lookup per
-// block where an out-of-line decode call per block and row cost ~8 % of a prefill + decode
-// bench on an AVX2 machine. Same bits as mxfp4_format.cpp (NaN 0xFF, 2^-127 subnormal).
+// 0.5 · e8m0_decode(e) for every scale byte (the E2M1 table holds 2·value), broadcast straight
+// from the table per block and row: an out-of-line decode call per block and row cost ~8 % of a
+// prefill + decode bench on an AVX2 machine, and a per-row scale buffer filled by gathers ~20 %
+// of the M = 1 kernel. Same bits as mxfp4_format.cpp (NaN 0xFF, 2^-127 subnormal).
 constexpr std::array<float, 256> half_scales = [] {
   std::array<float, 256> t{};
   for (int e = 0; e < 256; ++e) {
@@ -56,7 +57,7 @@ inline float hsum256(__m256 v) {
 }
 
 template <int R, int TG>
-void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const float* sc, std::int64_t nb,
+void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const std::uint8_t* sc, std::int64_t nb,
               const float* xs, std::int64_t half, float* y, std::int64_t ldy) {
   const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
   const __m128i lo_mask = _mm_set1_epi8(0x0F);
@@ -66,7 +67,7 @@ void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const float* s
   for (std::int64_t b = 0; b < nb; ++b) {
     for (int r = 0; r < R; ++r) {
       decoded d = decode_block(packed + r * row_bytes + b * 16, lut, lo_mask);
-      const __m256 s = _mm256_set1_ps(sc[r * nb + b]); // already holds scale / 2
+      const __m256 s = _mm256_broadcast_ss(&half_scales[sc[r * nb + b]]);
       if constexpr (TG == 1) {
         const float* xe = xs + b * 16;
         const float* xo = xs + half + b * 16;
@@ -97,37 +98,36 @@ void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const float* s
 }
 
 template <int TG>
-void rows256(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xs, float* sc, float* y,
-             std::int64_t ldy) {
+void rows256(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xs, float* y, std::int64_t ldy) {
   constexpr int R = TG <= 2 ? 4 : 2;
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, half = w.cols / 2;
-  auto load_scales = [&](std::int64_t row, float* out) {
-    for (std::int64_t b = 0; b < nb; ++b) out[b] = half_scales[w.scales[row * nb + b]];
-  };
   std::int64_t r = r0;
-  for (; r + R <= r1; r += R) {
-    for (int i = 0; i < R; ++i) load_scales(r + i, sc + i * nb);
-    micro256<R, TG>(w.packed + r * rb, rb, sc, nb, xs, half, y + r, ldy);
-  }
-  for (; r < r1; ++r) {
-    load_scales(r, sc);
-    micro256<1, TG>(w.packed + r * rb, rb, sc, nb, xs, half, y + r, ldy);
-  }
+  for (; r + R <= r1; r += R) micro256<R, TG>(w.packed + r * rb, rb, w.scales + r * nb, nb, xs, half, y + r, ldy);
+  for (; r < r1; ++r) micro256<1, TG>(w.packed + r * rb, rb, w.scales + r * nb, nb, xs, half, y + r, ldy);
 }
 
 void tile256(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1,
-             float* y, std::int64_t ldy, float* xs, float* sc) {
+             float* y, std::int64_t ldy, float* xs) {
   const std::int64_t half = w.cols / 2;
-  for (int t = 0; t < tg; ++t)
-    for (std::int64_t j = 0; j < half; ++j) {
-      xs[t * 2 * half + j] = x[t * ldx + 2 * j];
-      xs[t * 2 * half + half + j] = x[t * ldx + 2 * j + 1];
+  // De-interleave even/odd columns eight at a time (cols is a multiple of 32, so half of 16):
+  // as a scalar loop GCC emitted one vinsertps per element, ~25 % of an M = 1 call.
+  for (int t = 0; t < tg; ++t) {
+    const float* xt = x + t * ldx;
+    float* e = xs + t * 2 * half;
+    float* o = e + half;
+    for (std::int64_t j = 0; j < half; j += 8) {
+      const __m256 a = _mm256_loadu_ps(xt + 2 * j), b = _mm256_loadu_ps(xt + 2 * j + 8);
+      // In-lane [a0 a2 b0 b2 | a4 a6 b4 b6], then 64-bit lanes reordered to a0 a2 a4 a6 b0 b2 b4 b6.
+      const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
+      _mm256_storeu_ps(e + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+      _mm256_storeu_ps(o + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
     }
+  }
   switch (tg) {
-    case 1: rows256<1>(w, r0, r1, xs, sc, y, ldy); break;
-    case 2: rows256<2>(w, r0, r1, xs, sc, y, ldy); break;
-    case 3: rows256<3>(w, r0, r1, xs, sc, y, ldy); break;
-    default: rows256<4>(w, r0, r1, xs, sc, y, ldy); break;
+    case 1: rows256<1>(w, r0, r1, xs, y, ldy); break;
+    case 2: rows256<2>(w, r0, r1, xs, y, ldy); break;
+    case 3: rows256<3>(w, r0, r1, xs, y, ldy); break;
+    default: rows256<4>(w, r0, r1, xs, y, ldy); break;
   }
 }
 
@@ -141,12 +141,11 @@ namespace k3::mxfp4::detail {
 void gemm_rows_avx2(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
                     std::int64_t r1, float* y, std::int64_t ldy) {
   constexpr int max_tg = 4;
-  thread_local std::vector<float> xs, sc;
+  thread_local std::vector<float> xs;
   xs.resize(static_cast<std::size_t>(max_tg * w.cols));
-  sc.resize(static_cast<std::size_t>(4 * (w.cols / block_size)));
   for (std::int64_t t0 = 0; t0 < m; t0 += max_tg) {
     const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
-    tile256(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data(), sc.data());
+    tile256(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data());
   }
 }
 
