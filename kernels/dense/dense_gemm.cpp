@@ -17,9 +17,11 @@ namespace {
 // Above this m the panel+sgemm path wins (measured on the 6144 × 7168 bench matrix: sgemm at
 // m = 16 ran at half the GEMV's rate, at m = 64 level with it).
 constexpr std::int64_t gemv_max_m = 64;
-// From this many tokens (fp32 activations, AVX-512) batches run with the tokens in the lanes
-// (gemm_bf16_avx512.cpp) instead of the lane-per-column GEMV: 6144 × 7168, 1 thread, GFLOP/s
-// GEMV → batch kernel: m = 16 66.7 → 91.2, m = 64 66.1 → 87.9 (2 threads: 136 → 145, 140 → 167).
+// From this many tokens (fp32 activations) batches run with the tokens in the lanes
+// (gemm_bf16_avx512.cpp, gemm_bf16_avx2.cpp) instead of the lane-per-column GEMV: 6144 × 7168,
+// GFLOP/s GEMV → batch kernel, AVX-512 Xeon, 1 thread: m = 16 66.7 → 91.2, m = 64 66.1 → 87.9
+// (2 threads: 136 → 145, 140 → 167); AVX2 Zen 3, 2 threads: m = 16 76–110 → 103–133, m = 64
+// 89–109 → 126–135.
 constexpr std::int64_t bcast_min_m = 7;
 
 void check(const float* x, std::int64_t ldx, std::int64_t m, const void* w, std::int64_t n, std::int64_t k,
@@ -92,11 +94,14 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
     ldx = k;
   }
   std::int64_t t0 = 0;
-  if (gemv && a == activations::fp32 && m >= bcast_min_m && active_isa() == isa::avx512) {
-    // Batches with fp32 activations: tiles of 16 tokens (32 while more than 24 remain) in the
-    // lanes, transposed once here into xt[k][16·V] (zeros past the tile), row spans over the
-    // pool. Fewer than bcast_min_m tokens left go to the GEMV below. (bf16 activations keep
-    // the GEMV for every m ≤ 64, whose result per token does not depend on m.)
+  if (gemv && a == activations::fp32 && m >= bcast_min_m && active_isa() >= isa::avx2) {
+    // Batches with fp32 activations: tiles of one vector of tokens (16 on AVX-512, 8 on AVX2;
+    // two vectors while more than 1.5 vectors remain) in the lanes, transposed once here into
+    // xt[k][W·V] (zeros past the tile), row spans over the pool. Fewer than bcast_min_m tokens
+    // left go to the GEMV below. (bf16 activations keep the GEMV for every m ≤ 64, whose
+    // result per token does not depend on m.)
+    const bool wide = active_isa() == isa::avx512;
+    const int width = wide ? 16 : 8;
     thread_local std::vector<float> xbuf;
     xbuf.resize(static_cast<std::size_t>(k * 32 + 16));
     float* xt = xbuf.data() + ((64 - reinterpret_cast<std::uintptr_t>(xbuf.data()) % 64) % 64) / sizeof(float);
@@ -104,7 +109,7 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
     const std::int64_t per = std::max<std::int64_t>(16, ((n + 4 * threads - 1) / (4 * threads) + 15) / 16 * 16);
     const std::int64_t spans = (n + per - 1) / per;
     while (m - t0 >= bcast_min_m) {
-      const int vec = m - t0 > 24 ? 2 : 1, lanes = 16 * vec;
+      const int vec = 2 * (m - t0) > 3 * width ? 2 : 1, lanes = width * vec;
       const int tg = static_cast<int>(std::min<std::int64_t>(lanes, m - t0));
       for (std::int64_t kk = 0; kk < k; ++kk) {
         float* d = xt + kk * lanes;
@@ -115,7 +120,8 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
         thread_local std::vector<float> wbuf;
         wbuf.resize(static_cast<std::size_t>(16 * detail::bcast_chunk + 16));
         float* wt = wbuf.data() + ((64 - reinterpret_cast<std::uintptr_t>(wbuf.data()) % 64) % 64) / sizeof(float);
-        detail::gemm_bf16_tile_avx512(xt, vec, tg, w, k, i * per, std::min(n, (i + 1) * per), y + t0 * ldy, ldy, wt);
+        if (wide) detail::gemm_bf16_tile_avx512(xt, vec, tg, w, k, i * per, std::min(n, (i + 1) * per), y + t0 * ldy, ldy, wt);
+        else detail::gemm_bf16_tile_avx2(xt, vec, tg, w, k, i * per, std::min(n, (i + 1) * per), y + t0 * ldy, ldy, wt);
       });
       t0 += tg;
     }

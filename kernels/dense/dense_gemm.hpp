@@ -3,9 +3,9 @@
 // (W row-major [n, k] as stored in safetensors, i.e. y = x · Wᵀ).
 //
 // bf16 weights: for m ≤ 64 (decode, batched decode) hand-written kernels stream W once (small
-// calls on the calling thread): the GEMV (a lane per column) below 7 tokens, and on AVX-512
-// with fp32 activations from 7 tokens tiles of 16/32 tokens in the lanes (each (token, row)
-// sum in k order, independent of the tile's other tokens); for larger m (prefill) W is widened
+// calls on the calling thread): the GEMV (a lane per column) below 7 tokens, and with fp32
+// activations from 7 tokens tiles of tokens in the lanes — 16/32 on AVX-512, 8/16 on AVX2 —
+// (each (token, row) sum in k order, independent of the tile's other tokens); for larger m (prefill) W is widened
 // in 256-row × 512-column blocks and multiplied with OpenBLAS sgemm, accumulating over k. fp32
 // weights go to OpenBLAS.
 //
@@ -52,6 +52,9 @@ void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t
 constexpr std::int64_t bcast_chunk = 256;
 void gemm_bf16_tile_avx512(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
                            std::int64_t r1, float* y, std::int64_t ldy, float* wt);
+/// The AVX2 form: tg ≤ 8 · vectors tokens, xt [k][8 · vectors] 32-byte aligned, same contract.
+void gemm_bf16_tile_avx2(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
+                         std::int64_t r1, float* y, std::int64_t ldy, float* wt);
 } // namespace detail
 
 } // namespace k3::dense
