@@ -99,6 +99,102 @@ void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const std::uin
     for (int t = 0; t < TG; ++t) y[t * ldy + r] = hsum256(acc[r][t]);
 }
 
+// ---- one token: two blocks per step, values spread by shifts ---------------------------------
+//
+// The kernel above widens the 32 looked-up int8 values of a block with four lane-crossing
+// sign extensions and two byte shifts, eight shuffle-unit operations per block on top of the
+// two lookups. Here one 32-byte load covers two blocks, the two lookups give 64 int8 values,
+// and each of the eight vectors is cut out of the 32-bit lanes with a left and an arithmetic
+// right shift (byte k of every lane, sign-extended): vector 4n + k holds, in lane i, the value
+// of byte 4·(i mod 4) + k of block b + i / 4, low nibble (n = 0) or high (n = 1). The
+// activations are laid out once per call in that order (pair_order).
+
+// x (cols columns, a multiple of 32) in pair order: per 64-column group g, 64 floats, vector
+// v = 4n + k, lane i = column 64g + 32·(i / 4) + 2·(4·(i mod 4) + k) + n; columns past the end
+// (a final group of one block) are zero. ev/od: scratch of 32·ceil(cols / 64) floats each.
+void pair_order(const float* x, std::int64_t cols, float* xp, float* ev, float* od) {
+  const std::int64_t half = cols / 2, groups = (cols + 63) / 64;
+  for (std::int64_t j = 0; j < half; j += 8) { // de-interleave as tile256 does
+    const __m256 a = _mm256_loadu_ps(x + 2 * j), b = _mm256_loadu_ps(x + 2 * j + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+    _mm256_storeu_ps(ev + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+    _mm256_storeu_ps(od + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+  }
+  for (std::int64_t j = half; j < groups * 32; ++j) ev[j] = od[j] = 0.0f;
+  for (std::int64_t g = 0; g < groups; ++g)
+    for (int n = 0; n < 2; ++n) {
+      const float* h = (n == 0 ? ev : od) + g * 32; // 16 values of block 2g, then 16 of 2g + 1
+      __m256 r[4];
+      for (int j = 0; j < 4; ++j) r[j] = _mm256_set_m128(_mm_loadu_ps(h + 16 + 4 * j), _mm_loadu_ps(h + 4 * j));
+      // In-lane 4 × 4 transpose: out[k] lane i = r[i mod 4][k] of its half.
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      float* dst = xp + g * 64 + n * 32;
+      _mm256_storeu_ps(dst, _mm256_shuffle_ps(t0, t2, 0x44));
+      _mm256_storeu_ps(dst + 8, _mm256_shuffle_ps(t0, t2, 0xEE));
+      _mm256_storeu_ps(dst + 16, _mm256_shuffle_ps(t1, t3, 0x44));
+      _mm256_storeu_ps(dst + 24, _mm256_shuffle_ps(t1, t3, 0xEE));
+    }
+}
+
+// Σ over the 64 weights of raw (two blocks) × their activations xg (pair order), per lane.
+inline __m256 dot_pair(__m256i raw, __m256i lut, __m256i m4, const float* xg) {
+  const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(raw, m4));
+  const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+  auto cut = [](__m256i v, int k) { // byte k of each 32-bit lane, sign-extended, as float
+    switch (k) {
+      case 0: return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 24), 24));
+      case 1: return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 24));
+      case 2: return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 8), 24));
+      default: return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 24));
+    }
+  };
+  __m256 pl = _mm256_mul_ps(cut(lo, 0), _mm256_loadu_ps(xg));
+  __m256 ph = _mm256_mul_ps(cut(hi, 0), _mm256_loadu_ps(xg + 32));
+  for (int k = 1; k < 4; ++k) {
+    pl = _mm256_fmadd_ps(cut(lo, k), _mm256_loadu_ps(xg + 8 * k), pl);
+    ph = _mm256_fmadd_ps(cut(hi, k), _mm256_loadu_ps(xg + 32 + 8 * k), ph);
+  }
+  return _mm256_add_ps(pl, ph);
+}
+
+template <int R>
+void micro_pairs(const std::uint8_t* packed, std::int64_t row_bytes, const std::uint8_t* sc, std::int64_t nb,
+                 const float* xp, float* y) {
+  const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
+                                       12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  std::int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const float* xg = xp + b * 32;
+    for (int r = 0; r < R; ++r) {
+      const std::uint8_t* s = sc + r * nb + b;
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + r * row_bytes + b * 16));
+      const __m256 sv = _mm256_set_m128(_mm_broadcast_ss(&half_scales[s[1]]), _mm_broadcast_ss(&half_scales[s[0]]));
+      acc[r] = _mm256_fmadd_ps(dot_pair(raw, lut, m4, xg), sv, acc[r]);
+    }
+  }
+  if (b < nb) { // a last block alone: the upper lanes see zero weights, activations and scale
+    const float* xg = xp + b * 32;
+    for (int r = 0; r < R; ++r) {
+      const __m256i raw =
+          _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * row_bytes + b * 16)));
+      const __m256 sv = _mm256_set_m128(_mm_setzero_ps(), _mm_broadcast_ss(&half_scales[sc[r * nb + b]]));
+      acc[r] = _mm256_fmadd_ps(dot_pair(raw, lut, m4, xg), sv, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = hsum256(acc[r]);
+}
+
+void rows_pairs(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xp, float* y) {
+  const std::int64_t nb = w.cols / block_size, rb = w.cols / 2;
+  std::int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) micro_pairs<4>(w.packed + r * rb, rb, w.scales + r * nb, nb, xp, y + r);
+  for (; r < r1; ++r) micro_pairs<1>(w.packed + r * rb, rb, w.scales + r * nb, nb, xp, y + r);
+}
+
 template <int TG>
 void rows256(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xs, float* y, std::int64_t ldy) {
   constexpr int R = TG <= 2 ? 4 : 2;
@@ -223,7 +319,13 @@ void gemm_rows_avx2(const float* x, std::int64_t ldx, std::int64_t m, const matr
     }
   }
   thread_local std::vector<float> xs;
-  xs.resize(static_cast<std::size_t>(max_tg * w.cols));
+  const std::int64_t padded = (w.cols + 63) / 64 * 64;
+  xs.resize(static_cast<std::size_t>(std::max(max_tg * w.cols, 2 * padded)));
+  if (m - t0 == 1) { // one token (decode): two blocks per step
+    pair_order(x + t0 * ldx, w.cols, xs.data(), xs.data() + padded, xs.data() + padded + padded / 2);
+    rows_pairs(w, r0, r1, xs.data(), y + t0 * ldy);
+    return;
+  }
   for (; t0 < m; t0 += max_tg) {
     const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
     tile256(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data());

@@ -97,23 +97,26 @@ TEST_CASE("mxfp4 gemm: NaN scale poisons exactly its row", "[mxfp4][gemm]") {
 }
 
 TEST_CASE("mxfp4 gemm: every finite scale byte scales exactly as the format defines", "[mxfp4][gemm]") {
-  // Row e has scale byte e (0 … 254, 2^-127 subnormal included) and one nonzero weight, 0.5 in
-  // column 0, so each path's result is the exact product 3 · 0.5 · 2^(e−127) (the SIMD paths
-  // decode scales through their own tables).
+  // Row e has scale byte e (0 … 254, 2^-127 subnormal included) and one nonzero weight, 0.5 in the first column of one block, so each path's result is the exact product
+  // 3 · 0.5 · 2^(e−127) (the SIMD paths decode scales through their own tables). Three blocks
+  // per row, the weight in block e mod 3: a two-block step's lower and upper half and a last
+  // block alone on the AVX2 one-token path.
   packed_matrix w;
   w.rows = 255;
-  w.cols = 32;
+  w.cols = 96;
   w.packed.assign(static_cast<std::size_t>(w.rows * w.cols / 2), 0);
-  w.scales.resize(static_cast<std::size_t>(w.rows));
+  w.scales.resize(static_cast<std::size_t>(w.rows * 3));
   for (std::int64_t e = 0; e < w.rows; ++e) {
-    w.packed[static_cast<std::size_t>(e * w.cols / 2)] = 0x01; // column 0: E2M1 code 1 = 0.5
-    w.scales[static_cast<std::size_t>(e)] = static_cast<std::uint8_t>(e);
+    w.packed[static_cast<std::size_t>(e * w.cols / 2 + (e % 3) * 16)] = 0x01; // E2M1 code 1 = 0.5
+    for (int b = 0; b < 3; ++b) // the other blocks get another (finite) scale: a mixed-up scale shows
+      w.scales[static_cast<std::size_t>(e * 3 + b)] = static_cast<std::uint8_t>(b == e % 3 ? e : (e + 100) % 255);
   }
   for (isa path : test::isa_paths())
     for (std::int64_t m : {1, 16}) {
       scoped_isa pin(path);
       std::vector<float> x(static_cast<std::size_t>(m * w.cols), 0.0f), y(static_cast<std::size_t>(m * w.rows), NAN);
-      for (std::int64_t t = 0; t < m; ++t) x[static_cast<std::size_t>(t * w.cols)] = 3.0f;
+      for (std::int64_t t = 0; t < m; ++t)
+        for (int b = 0; b < 3; ++b) x[static_cast<std::size_t>(t * w.cols + 32 * b)] = 3.0f;
       gemm(x.data(), w.cols, m, matrix_view::of(w), y.data(), w.rows);
       for (std::int64_t t = 0; t < m; ++t)
         for (std::int64_t e = 0; e < w.rows; ++e) {
