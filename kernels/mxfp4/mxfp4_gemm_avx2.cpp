@@ -1,9 +1,10 @@
-// AVX2+FMA MXFP4 GEMM.
+// AVX2+FMA MXFP4 GEMM: one token (decode) two blocks per step (micro_pairs), 2–5 tokens a
+// lane per column (micro256), 6+ tokens with the tokens in the lanes (tile_bcast).
 //
-// Decode: nibbles of 16 packed bytes are split with and/shift and mapped through a pshufb
-// table holding 2·E2M1 as int8 (so every entry is an integer), widened to int32 and converted
-// to fp32; the factor 1/2 is folded into the block scale. As in the AVX-512 path activations
-// are de-interleaved into even/odd halves once per token tile.
+// Decode: nibbles of packed bytes are split with and/shift and mapped through a pshufb table
+// holding 2·E2M1 as int8 (so every entry is an integer), widened to int32 and converted to
+// fp32; the factor 1/2 is folded into the block scale. As in the AVX-512 path activations are
+// laid out once per token tile in the order the decoded vectors come out.
 #include <algorithm>
 #include <array>
 #include <bit>
