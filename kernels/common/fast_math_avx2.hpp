@@ -2,7 +2,8 @@
 // AVX2+FMA forms of fast_math.hpp's exp, sigmoid and tanh: fast_math_avx512.hpp's formulas
 // eight lanes at a time, for CPUs without AVX-512 (AMD Zen 2/3, older Xeons). Lanes may differ
 // from the scalar forms in the last bits (FMA polynomials). NaN in, NaN out: vmaxps/vminps
-// return their second source on NaN, so the clamps below keep a NaN operand.
+// return their second source on NaN, so the clamps below keep a NaN operand. Also the lane
+// helpers every AVX2 kernel uses: a tail mask and a fixed-order horizontal sum.
 //
 // Include only inside an AVX2 target region (#pragma GCC target("avx2,fma") after
 // <immintrin.h>); everything here is internal-linkage inline.
@@ -53,6 +54,14 @@ static inline __m256i tail_mask8(long long left) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const int l = left >= 8 ? 8 : static_cast<int>(left);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), idx);
+}
+
+/// Sum of the 8 lanes by a fixed tree: (low + high halves), then pairs, then the last two.
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
 } // namespace k3::simd256

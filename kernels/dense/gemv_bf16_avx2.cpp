@@ -15,19 +15,16 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
+#include "kernels/common/fast_math_avx2.hpp"
+
 namespace k3::dense::detail {
 namespace {
+
+using simd256::hsum8;
 
 inline __m256 widen8(const bf16_t* p) {
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // Same distance along the weight stream as the AVX-512 kernel (~16 KiB ahead).
@@ -51,7 +48,7 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
   }
   if (i < k) { // the last k % 8 columns, zero-padded
     const int left = static_cast<int>(k - i);
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i m = simd256::tail_mask8(left);
     for (int r = 0; r < R; ++r) {
       alignas(16) bf16_t tail[8] = {};
       std::copy_n(w + r * k + i, left, tail);

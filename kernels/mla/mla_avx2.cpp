@@ -13,18 +13,11 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
+#include "kernels/common/fast_math_avx2.hpp"
+
 namespace k3::mla::detail {
-namespace {
 
-// Lane sum by a fixed tree: (lo + hi halves), then pairs, then the last two.
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-} // namespace
+using simd256::hsum8;
 
 void scores_4x4_avx2(const float* const* q, const float* const* r, int n, float (*out)[4]) {
   for (int y0 = 0; y0 < 4; y0 += 2) {

@@ -1,5 +1,6 @@
-// AVX2+FMA MXFP4 GEMM: one token (decode) two blocks per step (micro_pairs), 2–5 tokens a
-// lane per column (micro256), 6+ tokens with the tokens in the lanes (tile_bcast).
+// AVX2+FMA MXFP4 GEMM: a single token (decode, or one left over) two blocks per step
+// (micro_pairs), passes of 2–4 tokens a lane per column (micro256), 6+ tokens with the tokens
+// in the lanes (tile_bcast).
 //
 // Decode: nibbles of packed bytes are split with and/shift and mapped through a pshufb table
 // holding 2·E2M1 as int8 (so every entry is an integer), widened to int32 and converted to
@@ -18,6 +19,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
+#include "kernels/common/fast_math_avx2.hpp"
 #include "kernels/common/lanes_gemm_avx2.hpp"
 
 namespace k3::mxfp4::detail {
@@ -36,6 +38,23 @@ constexpr std::array<float, 256> half_scales = [] {
   return t;
 }();
 
+using simd256::hsum8;
+
+// 2·E2M1 for the 16 codes as int8 (every entry an integer), the pshufb table of all paths.
+inline __m128i e2m1x2_lut() { return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12); }
+
+// Even/odd columns of x[0, 2·half) into e[0, half) and o[0, half), eight at a time (half a
+// multiple of 8): in-lane [a0 a2 b0 b2 | a4 a6 b4 b6], then the 64-bit lanes reordered. As a
+// scalar loop GCC emitted one vinsertps per element, ~25 % of an M = 1 call.
+inline void deinterleave8(const float* x, std::int64_t half, float* e, float* o) {
+  for (std::int64_t j = 0; j < half; j += 8) {
+    const __m256 a = _mm256_loadu_ps(x + 2 * j), b = _mm256_loadu_ps(x + 2 * j + 8);
+    const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
+    _mm256_storeu_ps(e + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+    _mm256_storeu_ps(o + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
+  }
+}
+
 struct decoded {
   __m256 e0, e1, o0, o1; // even cols j=0..7, 8..15 of the block; odd cols likewise
 };
@@ -52,17 +71,10 @@ inline decoded decode_block(const std::uint8_t* p, __m128i lut, __m128i lo_mask)
   return d;
 }
 
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 template <int R, int TG>
 void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const std::uint8_t* sc, std::int64_t nb,
               const float* xs, std::int64_t half, float* y, std::int64_t ldy) {
-  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i lut = e2m1x2_lut();
   const __m128i lo_mask = _mm_set1_epi8(0x0F);
   __m256 acc[R][TG];
   for (int r = 0; r < R; ++r)
@@ -71,33 +83,23 @@ void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const std::uin
     for (int r = 0; r < R; ++r) {
       decoded d = decode_block(packed + r * row_bytes + b * 16, lut, lo_mask);
       const __m256 s = _mm256_broadcast_ss(&half_scales[sc[r * nb + b]]);
-      if constexpr (TG == 1) {
-        const float* xe = xs + b * 16;
-        const float* xo = xs + half + b * 16;
-        __m256 p = _mm256_mul_ps(d.e0, _mm256_loadu_ps(xe));
-        p = _mm256_fmadd_ps(d.e1, _mm256_loadu_ps(xe + 8), p);
-        p = _mm256_fmadd_ps(d.o0, _mm256_loadu_ps(xo), p);
-        p = _mm256_fmadd_ps(d.o1, _mm256_loadu_ps(xo + 8), p);
-        acc[r][0] = _mm256_fmadd_ps(p, s, acc[r][0]);
-      } else {
-        d.e0 = _mm256_mul_ps(d.e0, s);
-        d.e1 = _mm256_mul_ps(d.e1, s);
-        d.o0 = _mm256_mul_ps(d.o0, s);
-        d.o1 = _mm256_mul_ps(d.o1, s);
-        for (int t = 0; t < TG; ++t) {
-          const float* xe = xs + t * 2 * half + b * 16;
-          const float* xo = xe + half;
-          __m256 a = acc[r][t];
-          a = _mm256_fmadd_ps(d.e0, _mm256_loadu_ps(xe), a);
-          a = _mm256_fmadd_ps(d.e1, _mm256_loadu_ps(xe + 8), a);
-          a = _mm256_fmadd_ps(d.o0, _mm256_loadu_ps(xo), a);
-          acc[r][t] = _mm256_fmadd_ps(d.o1, _mm256_loadu_ps(xo + 8), a);
-        }
+      d.e0 = _mm256_mul_ps(d.e0, s);
+      d.e1 = _mm256_mul_ps(d.e1, s);
+      d.o0 = _mm256_mul_ps(d.o0, s);
+      d.o1 = _mm256_mul_ps(d.o1, s);
+      for (int t = 0; t < TG; ++t) {
+        const float* xe = xs + t * 2 * half + b * 16;
+        const float* xo = xe + half;
+        __m256 a = acc[r][t];
+        a = _mm256_fmadd_ps(d.e0, _mm256_loadu_ps(xe), a);
+        a = _mm256_fmadd_ps(d.e1, _mm256_loadu_ps(xe + 8), a);
+        a = _mm256_fmadd_ps(d.o0, _mm256_loadu_ps(xo), a);
+        acc[r][t] = _mm256_fmadd_ps(d.o1, _mm256_loadu_ps(xo + 8), a);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < TG; ++t) y[t * ldy + r] = hsum256(acc[r][t]);
+    for (int t = 0; t < TG; ++t) y[t * ldy + r] = hsum8(acc[r][t]);
 }
 
 // ---- one token: two blocks per step, values spread by shifts ---------------------------------
@@ -115,12 +117,7 @@ void micro256(const std::uint8_t* packed, std::int64_t row_bytes, const std::uin
 // (a final group of one block) are zero. ev/od: scratch of 32·ceil(cols / 64) floats each.
 void pair_order(const float* x, std::int64_t cols, float* xp, float* ev, float* od) {
   const std::int64_t half = cols / 2, groups = (cols + 63) / 64;
-  for (std::int64_t j = 0; j < half; j += 8) { // de-interleave as tile256 does
-    const __m256 a = _mm256_loadu_ps(x + 2 * j), b = _mm256_loadu_ps(x + 2 * j + 8);
-    const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
-    _mm256_storeu_ps(ev + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
-    _mm256_storeu_ps(od + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
-  }
+  deinterleave8(x, half, ev, od);
   for (std::int64_t j = half; j < groups * 32; ++j) ev[j] = od[j] = 0.0f;
   for (std::int64_t g = 0; g < groups; ++g)
     for (int n = 0; n < 2; ++n) {
@@ -162,8 +159,7 @@ inline __m256 dot_pair(__m256i raw, __m256i lut, __m256i m4, const float* xg) {
 template <int R>
 void micro_pairs(const std::uint8_t* packed, std::int64_t row_bytes, const std::uint8_t* sc, std::int64_t nb,
                  const float* xp, float* y) {
-  const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
-                                       12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m256i lut = _mm256_broadcastsi128_si256(e2m1x2_lut());
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -186,7 +182,7 @@ void micro_pairs(const std::uint8_t* packed, std::int64_t row_bytes, const std::
       acc[r] = _mm256_fmadd_ps(dot_pair(raw, lut, m4, xg), sv, acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = hsum256(acc[r]);
+  for (int r = 0; r < R; ++r) y[r] = hsum8(acc[r]);
 }
 
 void rows_pairs(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xp, float* y) {
@@ -207,23 +203,9 @@ void rows256(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float
 
 void tile256(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1,
              float* y, std::int64_t ldy, float* xs) {
-  const std::int64_t half = w.cols / 2;
-  // De-interleave even/odd columns eight at a time (cols is a multiple of 32, so half of 16):
-  // as a scalar loop GCC emitted one vinsertps per element, ~25 % of an M = 1 call.
-  for (int t = 0; t < tg; ++t) {
-    const float* xt = x + t * ldx;
-    float* e = xs + t * 2 * half;
-    float* o = e + half;
-    for (std::int64_t j = 0; j < half; j += 8) {
-      const __m256 a = _mm256_loadu_ps(xt + 2 * j), b = _mm256_loadu_ps(xt + 2 * j + 8);
-      // In-lane [a0 a2 b0 b2 | a4 a6 b4 b6], then 64-bit lanes reordered to a0 a2 a4 a6 b0 b2 b4 b6.
-      const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
-      _mm256_storeu_ps(e + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
-      _mm256_storeu_ps(o + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
-    }
-  }
-  switch (tg) {
-    case 1: rows256<1>(w, r0, r1, xs, y, ldy); break;
+  const std::int64_t half = w.cols / 2; // cols is a multiple of 32, so half of 16
+  for (int t = 0; t < tg; ++t) deinterleave8(x + t * ldx, half, xs + t * 2 * half, xs + t * 2 * half + half);
+  switch (tg) { // 2–4 tokens; a single one takes micro_pairs
     case 2: rows256<2>(w, r0, r1, xs, y, ldy); break;
     case 3: rows256<3>(w, r0, r1, xs, y, ldy); break;
     default: rows256<4>(w, r0, r1, xs, y, ldy); break;
@@ -249,7 +231,7 @@ struct decode_rows {
   const matrix_view& w;
   template <int R>
   void operator()(std::int64_t r, std::int64_t p0, std::int64_t n, float* wt) const {
-    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i lut = e2m1x2_lut();
     const __m128i lo_mask = _mm_set1_epi8(0x0F);
     const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, b0 = p0 / block_size, nbk = n / block_size;
     for (int i = 0; i < R; ++i) {
@@ -322,14 +304,14 @@ void gemm_rows_avx2(const float* x, std::int64_t ldx, std::int64_t m, const matr
   thread_local std::vector<float> xs;
   const std::int64_t padded = (w.cols + 63) / 64 * 64;
   xs.resize(static_cast<std::size_t>(std::max(max_tg * w.cols, 2 * padded)));
-  if (m - t0 == 1) { // one token (decode): two blocks per step
-    pair_order(x + t0 * ldx, w.cols, xs.data(), xs.data() + padded, xs.data() + padded + padded / 2);
-    rows_pairs(w, r0, r1, xs.data(), y + t0 * ldy);
-    return;
-  }
   for (; t0 < m; t0 += max_tg) {
     const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
-    tile256(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data());
+    if (tg == 1) { // one token (decode, or the last of a batch): two blocks per step
+      pair_order(x + t0 * ldx, w.cols, xs.data(), xs.data() + padded, xs.data() + padded + padded / 2);
+      rows_pairs(w, r0, r1, xs.data(), y + t0 * ldy);
+    } else {
+      tile256(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data());
+    }
   }
 }
 
