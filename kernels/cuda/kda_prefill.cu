@@ -153,7 +153,10 @@ __global__ void __launch_bounds__(kThreads, 3) kda_chunk_kernel(const float* __r
 #pragma unroll
       for (int i = 0; i < C; ++i) {
         float x = i == j ? 1.f : 0.f;
-        for (int l = j; l < i; ++l) x -= sA[i * (C + 1) + l] * col[l];
+        // From l = 0, not j: col[l] = 0 for l < j, so the extra terms subtract exact zeros, and
+        // with static indices the column stays in registers (from j it went to local memory).
+#pragma unroll
+        for (int l = 0; l < i; ++l) x -= sA[i * (C + 1) + l] * col[l];
         col[i] = i < j ? 0.f : x;
       }
       const float bj = sbeta[j];

@@ -39,25 +39,34 @@ __global__ void mla_decode_kernel(const float* __restrict__ q_nope, const float*
   const std::int64_t len = ctx[n];
   const std::uint16_t* const* blocks = tables[n];
   float m = -INFINITY, l = 0.f, acc[kMaxPerLane];
-  for (int j = 0; j < per_lane; ++j) acc[j] = 0.f;
+  // Unrolled to kMaxPerLane with a guard: static indices keep acc in registers (a loop bound
+  // known only at run time put it in local memory).
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) acc[j] = 0.f;
   for (std::int64_t p = warp; p < len; p += kWarps) {
     const std::uint16_t* row = blocks[p / block_size] + layer_offset + (p % block_size) * width;
     float part = 0.f;
-    for (int j = 0; j < per_lane; ++j) part += qt[lane + 32 * j] * bf16(row[lane + 32 * j]);
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (j < per_lane) part += qt[lane + 32 * j] * bf16(row[lane + 32 * j]);
     for (int r = lane; r < d.rope; r += 32) part += qr[r] * bf16(row[d.latent + r]);
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
     const float s = part * scale;
     const float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
     l = l * corr + e;
-    for (int j = 0; j < per_lane; ++j) acc[j] = acc[j] * corr + e * bf16(row[lane + 32 * j]);
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (j < per_lane) acc[j] = acc[j] * corr + e * bf16(row[lane + 32 * j]);
     m = mn;
   }
   if (lane == 0) {
     wm[warp] = m;
     wl[warp] = l;
   }
-  for (int j = 0; j < per_lane; ++j) wacc[warp * d.latent + lane + 32 * j] = acc[j];
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j)
+    if (j < per_lane) wacc[warp * d.latent + lane + 32 * j] = acc[j];
   __syncthreads();
   // Merge the warps' partial softmaxes.
   float gm = -INFINITY;

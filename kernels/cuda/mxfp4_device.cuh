@@ -4,6 +4,7 @@
 // scales 2^(e − 127), 0xFF = NaN, decoded exactly as the CPU reference does.
 #include <cstdint>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace k3::cuda::detail {
@@ -14,10 +15,30 @@ __device__ __forceinline__ float e8m0(std::uint8_t e) {
   return __int_as_float(static_cast<int>(e) << 23);
 }
 
+// No table: a local array indexed by a run-time code lives in local memory, and the MoE GEMV
+// spent its time storing and reloading it (66 GB/s on an H200). Twice the magnitudes
+// {0, .5, 1, 1.5, 2, 3, 4, 6} are the integers 0, 1, 2, 3, 4, 6, 8, 12: one nibble each of a
+// 32-bit constant, then an exact int-to-float conversion and halving.
 __device__ __forceinline__ float e2m1(unsigned code) {
-  constexpr float mag[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  const float v = mag[code & 7u];
+  const unsigned twice = (0xC8643210u >> ((code & 7u) * 4u)) & 0xFu;
+  const float v = static_cast<float>(twice) * 0.5f;
   return (code & 8u) ? -v : v;
+}
+
+/// The eight E2M1 codes of a 32-bit word (code i in bits 4i..4i+3), each as fp32 times 2^-14:
+/// a code's sign, exponent and mantissa bits dropped into an fp16's fields (bits 15, 11–10, 9)
+/// make exactly 2^-14 times its value (code 1, 0.5, becomes the fp16 subnormal 2^-15), and the
+/// fp16 → fp32 conversion is exact. Four shifts and masks build two codes at a time, about a
+/// third of the instructions of decoding each code on its own; callers multiply sums by 2^14.
+__device__ __forceinline__ void e2m1x8_times_2m14(std::uint32_t w, float (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const std::uint32_t t = w >> (4 * j); // code j in bits 0–3, code j + 4 in bits 16–19
+    const std::uint32_t h = ((t & 0x00070007u) << 9) | ((t & 0x00080008u) << 12);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    v[j] = f.x;
+    v[j + 4] = f.y;
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
