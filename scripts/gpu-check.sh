@@ -34,7 +34,14 @@ trap 'rm -rf "$d"' EXIT
 echo "== end to end: k3 run on the demo checkpoint, CPU vs --device cuda (greedy token ids)"
 "$B/k3" make-model --out "$d/m" >/dev/null
 cpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids 2>/dev/null)
-gpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids --device cuda 2>&1 | tail -1) || fail=1
+# Token ids on stdout only: the run's summary goes to stderr (shown if the run fails).
+gpu=$("$B/k3" run --model "$d/m" --prompt "The quick brown fox" --max-tokens 16 --temperature 0 --quantization mxfp4 --print-ids --device cuda 2>"$d/gpu.err") \
+  || { cat "$d/gpu.err"; echo "gpu-check: k3 run --device cuda FAILED"; fail=1; }
 echo "  cpu: $cpu"
 echo "  gpu: $gpu"
+# Not a failure by itself: a near-tie can flip one greedy pick under bf16 activations (the
+# [gpu] tests hold the logits to their bounds); the first differing position is reported.
+read -ra a <<<"$cpu"; read -ra b <<<"$gpu"
+i=0; while [ $i -lt ${#a[@]} ] && [ "${a[$i]}" = "${b[$i]:-}" ]; do i=$((i + 1)); done
+if [ $i -eq ${#a[@]} ] && [ ${#a[@]} -eq ${#b[@]} ]; then echo "  identical (${#a[@]} tokens)"; else echo "  first difference at token $i"; fi
 exit $fail

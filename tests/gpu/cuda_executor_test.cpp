@@ -27,8 +27,9 @@ struct gpu_fixture {
   std::unique_ptr<gpu::cuda_executor> ex;
   std::unique_ptr<engine::kv_manager> kv;
 
-  explicit gpu_fixture(model::family f, const std::string& tag) : dir(tag) {
-    auto o = test::tiny_options(f);
+  explicit gpu_fixture(model::family f, const std::string& tag) : gpu_fixture(test::tiny_options(f), tag) {}
+  gpu_fixture(const model::make_model_options& o, const std::string& tag) : dir(tag) {
+    const auto f = o.fam;
     model::make_model(o, dir.str());
     model::load_options lo;
     lo.progress = 0;
@@ -63,54 +64,99 @@ double rel(std::span<const float> a, std::span<const float> b) { return test::re
 
 } // namespace
 
+namespace {
+
+// Expert choices of both sides, summed over MoE layers, since the fixture was made.
+std::vector<std::int64_t> cpu_expert_totals(const model::model& m) {
+  std::vector<std::int64_t> t(static_cast<std::size_t>(m.config().num_experts), 0);
+  for (const auto& layer : m.expert_tokens())
+    for (std::size_t e = 0; e < layer.size(); ++e) t[e] += layer[e];
+  return t;
+}
+
+// The mixed-batch comparison: prefill entries of 1, 37 and 20 tokens, then 4 decode steps.
+// With `strict_all`, every row is held to the bounds; otherwise rows are held to them until the
+// two sides' expert choices first differ (compared after each step), and only to finiteness and
+// positions after. Returns the rows compared under the bounds.
+int compare_mixed_batches(gpu_fixture& fx, bool strict_all) {
+  const auto& c = fx.cpu->config();
+  test::rng r(11);
+  const std::vector<int> prompt_lens = {1, 37, 20}; // a 1-token entry takes the decode kernels
+  std::vector<model::sequence_state> cpu_states;
+  for (std::size_t i = 0; i < prompt_lens.size(); ++i) cpu_states.push_back(fx.cpu->new_sequence(16));
+  std::vector<std::vector<std::int32_t>> feed;
+  for (int L : prompt_lens) feed.push_back(tokens(r, L, c.vocab));
+  std::vector<double> errs;
+  bool routes_agree = true;
+  for (int step = 0; step < 5; ++step) {
+    INFO("step " << step);
+    std::vector<model::batch_entry> cb, gb;
+    for (std::size_t i = 0; i < feed.size(); ++i) {
+      auto* gs = fx.kv->allocate(i, cpu_states[i].pos + static_cast<std::int64_t>(feed[i].size()));
+      REQUIRE(gs != nullptr);
+      cb.push_back({&cpu_states[i], feed[i], false});
+      gb.push_back({gs, feed[i], false});
+    }
+    const auto want = fx.cpu->step(cb);
+    fx.ex->model().step(gb);
+    const auto got = device_logits(*fx.ex, feed.size());
+    fx.ex->model().collect_expert_counts();
+    routes_agree = routes_agree && fx.ex->model().expert_tokens() == cpu_expert_totals(*fx.cpu);
+    for (std::size_t i = 0; i < feed.size(); ++i) {
+      INFO("entry " << i);
+      const auto w = want.last(i);
+      const std::span<const float> g(got.data() + i * static_cast<std::size_t>(c.vocab), static_cast<std::size_t>(c.vocab));
+      CHECK(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }));
+      CHECK(gb[i].seq->pos == cpu_states[i].pos);
+      if (!strict_all && !routes_agree) continue;
+      errs.push_back(rel(g, w));
+      CHECK(errs.back() < 0.06); // nothing is off (a layout or indexing bug is ~1)
+    }
+    for (auto& f : feed) f = tokens(r, 1, c.vocab); // decode steps next
+  }
+  if (errs.empty()) return 0;
+  // bf16 activations into cuBLAS and W4A16 experts: measured on an H200 (2026-12-04), rows of
+  // 0.002–0.035, typically ~0.01.
+  std::sort(errs.begin(), errs.end());
+  INFO("median rel-RMSE " << errs[errs.size() / 2] << ", max " << errs.back() << " over " << errs.size() << " rows");
+  CHECK(errs[errs.size() / 2] < 2.5e-2);
+  return static_cast<int>(errs.size());
+}
+
+} // namespace
+
+// Routing is a discrete choice: where two experts' scores nearly tie, the device's bf16
+// activations may pick the other one for a token, and from then on that sequence's rows differ
+// by a real amount (on an H200 one Kimi Linear prefill token flipped at top-2: its rows then
+// differed by 0.05–0.64, while with every expert selected all rows were within 0.008). So the
+// numerics are held to the bounds with every expert active (no choice to flip), and at the real
+// top-k the rows are held to them until the expert choices of the two sides first differ.
 TEST_CASE("cuda forward pass matches the CPU model on mixed batches", "[gpu][model]") {
   if (test::no_gpu()) return;
   for (const auto fam : {model::family::kimi_k3, model::family::kimi_linear}) {
-    INFO((fam == model::family::kimi_k3 ? "kimi_k3" : "kimi_linear"));
-    gpu_fixture fx(fam, fam == model::family::kimi_k3 ? "gpu_k3" : "gpu_kl");
-    const auto& c = fx.cpu->config();
-    test::rng r(11);
-    const std::vector<int> prompt_lens = {1, 37, 20}; // a 1-token entry takes the decode kernels
-    std::vector<model::sequence_state> cpu_states;
-    for (std::size_t i = 0; i < prompt_lens.size(); ++i) cpu_states.push_back(fx.cpu->new_sequence(16));
-    std::vector<std::vector<std::int32_t>> feed;
-    for (int L : prompt_lens) feed.push_back(tokens(r, L, c.vocab));
-    std::vector<double> errs;
-    for (int step = 0; step < 5; ++step) {
-      INFO("step " << step);
-      std::vector<model::batch_entry> cb, gb;
-      for (std::size_t i = 0; i < feed.size(); ++i) {
-        auto* gs = fx.kv->allocate(i, cpu_states[i].pos + static_cast<std::int64_t>(feed[i].size()));
-        REQUIRE(gs != nullptr);
-        cb.push_back({&cpu_states[i], feed[i], false});
-        gb.push_back({gs, feed[i], false});
-      }
-      const auto want = fx.cpu->step(cb);
-      fx.ex->model().step(gb);
-      const auto got = device_logits(*fx.ex, feed.size());
-      for (std::size_t i = 0; i < feed.size(); ++i) {
-        INFO("entry " << i);
-        const auto w = want.last(i);
-        const std::span<const float> g(got.data() + i * static_cast<std::size_t>(c.vocab), static_cast<std::size_t>(c.vocab));
-        errs.push_back(rel(g, w));
-        CHECK(errs.back() < 0.25); // nothing is wildly off (a layout or indexing bug is ~1)
-        CHECK(gb[i].seq->pos == cpu_states[i].pos);
-      }
-      for (auto& f : feed) f = tokens(r, 1, c.vocab); // decode steps next
+    const char* name = fam == model::family::kimi_k3 ? "kimi_k3" : "kimi_linear";
+    INFO(name);
+    {
+      INFO("every expert active");
+      auto o = test::tiny_options(fam);
+      o.top_k = o.experts;
+      gpu_fixture fx(o, std::string("gpu_all_") + name);
+      CHECK(compare_mixed_batches(fx, true) == 15);
     }
-    // bf16 activations into cuBLAS and W4A16 experts give ~1e-2; a router near-tie may pick
-    // another expert for one token (then that row differs more), so the bound is on the typical
-    // row, and most rows must be close.
-    std::sort(errs.begin(), errs.end());
-    INFO("median rel-RMSE " << errs[errs.size() / 2] << ", max " << errs.back());
-    CHECK(errs[errs.size() / 2] < 1.5e-2);
-    CHECK(errs[errs.size() * 3 / 4] < 3e-2);
+    {
+      INFO("top-" << test::tiny_options(fam).top_k << " routing, rows until the expert choices differ");
+      gpu_fixture fx(test::tiny_options(fam), std::string("gpu_topk_") + name);
+      compare_mixed_batches(fx, false); // asserts inside: bounds while routes agree, then finiteness and positions
+    }
   }
 }
 
 TEST_CASE("cuda: prefill then decode equals one prefill, a sequence alone equals it batched", "[gpu][model]") {
   if (test::no_gpu()) return;
-  gpu_fixture fx(model::family::kimi_k3, "gpu_inv");
+  // Every expert active, as above: a routing near-tie between batch compositions is not an error.
+  auto opts = test::tiny_options(model::family::kimi_k3);
+  opts.top_k = opts.experts;
+  gpu_fixture fx(opts, "gpu_inv");
   const auto& c = fx.cpu->config();
   test::rng r(5);
   const auto all = tokens(r, 41, c.vocab);
@@ -121,11 +167,28 @@ TEST_CASE("cuda: prefill then decode equals one prefill, a sequence alone equals
   std::vector<model::batch_entry> b1{{a, all, false}};
   fx.ex->model().step(b1);
   const auto one = device_logits(*fx.ex, 1);
-  // 19 + 20 prefill chunks then two decode tokens, batched with another sequence.
+  const std::span<const std::int32_t> t(all);
+  {
+    // Prefill chunks only: 19 tokens batched with another sequence's 29, then the other 22
+    // alone. At these sizes every step takes the tensor-core expert path (token rows × k ≥
+    // 8 × segments), so the last row agrees with one prefill up to fp32 summation order.
+    auto* s = fx.kv->allocate(4, 41);
+    auto* o = fx.kv->allocate(5, 29);
+    REQUIRE((s && o));
+    std::vector<model::batch_entry> b2{{s, t.subspan(0, 19), false}, {o, other, false}};
+    fx.ex->model().step(b2);
+    std::vector<model::batch_entry> b3{{s, t.subspan(19, 22), false}};
+    fx.ex->model().step(b3);
+    const auto chunked = device_logits(*fx.ex, 1);
+    CHECK(rel(std::span<const float>(chunked), std::span<const float>(one)) < 1e-3);
+  }
+  // 19 + 20 prefill chunks then two decode tokens, the second batched with another sequence.
+  // Decode rows take the fp32 GEMV experts where a prefill's rows took bf16 tensor cores, so
+  // the bound is the backend's bf16 level (on an H200, 2026-12-04: 0.0082 here, and the device
+  // against the CPU 0.011–0.018; a wrong state hand-off or position is ~1).
   auto* s = fx.kv->allocate(2, 41);
   auto* o = fx.kv->allocate(3, 29);
   REQUIRE((s && o));
-  const std::span<const std::int32_t> t(all);
   std::vector<model::batch_entry> b2{{s, t.subspan(0, 19), false}, {o, other, false}};
   fx.ex->model().step(b2);
   std::vector<model::batch_entry> b3{{s, t.subspan(19, 20), false}};
@@ -136,7 +199,7 @@ TEST_CASE("cuda: prefill then decode equals one prefill, a sequence alone equals
   fx.ex->model().step(b5);
   const auto split = device_logits(*fx.ex, 2);
   const std::span<const float> last(split.data() + c.vocab, static_cast<std::size_t>(c.vocab));
-  CHECK(rel(last, std::span<const float>(one)) < 5e-3);
+  CHECK(rel(last, std::span<const float>(one)) < 2e-2);
 }
 
 TEST_CASE("cuda executor: greedy tokens on the device, sampled rows on the host, errors as step errors", "[gpu][model]") {
