@@ -22,6 +22,7 @@ int run_cuda_model_table(const std::string& dir, bool quick, const cuda_ceilings
     const auto& c = m->config();
     gpu::cuda_model_options go;
     go.progress = 0;
+    go.decode_graphs = gpu::decode_graphs_enabled(); // as the engine actor runs it (K3_CUDA_GRAPHS=0: eager)
     gpu::cuda_executor ex(*m, go);
     engine::kv_config k;
     k.memory_bytes = 4ll << 30;
@@ -54,7 +55,8 @@ int run_cuda_model_table(const std::string& dir, bool quick, const cuda_ceilings
       return r;
     };
     using clock = std::chrono::steady_clock;
-    std::printf("  model steps on the GPU (%s), greedy:\n", c.describe().c_str());
+    std::printf("  model steps on the GPU (%s), greedy, decode steps %s:\n", c.describe().c_str(),
+                go.decode_graphs ? "replayed from CUDA graphs" : "eager (K3_CUDA_GRAPHS=0)");
     std::printf("  %-22s %10s %12s %12s\n", "step", "ms", "tokens/s", "of floor");
     // Prefill: a 512-token prompt in one step (fresh sequence each time).
     double best = 1e30;
