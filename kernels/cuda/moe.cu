@@ -12,8 +12,9 @@ namespace k3::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-// Tokens of a segment per pass over a weight row. 4, not 8: 8 took 119 registers in gate_up
-// and ran 6 % slower at batch 1-16 on an H200 (fewer warps resident to hide HBM latency).
+// Tokens of a segment per pass over a weight row. 4, not 8: on an H200, 8 ran 6 % slower at
+// batch 1–16 (measured with 16-byte blocks per lane, when gate_up took 119 registers at 8 and
+// fewer warps stayed resident to hide HBM latency).
 constexpr int kTokChunk = 4;
 
 using detail::e8m0;
