@@ -88,15 +88,19 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     const double rel = std::sqrt(num / den);
     std::printf("validation: M=16 vs fp64 reference rel-RMSE %.2e %s\n", rel, rel < 1e-6 ? "ok" : "FAILED");
     if (!(rel < 1e-6)) return 1;
-    if (int8_dot_available()) { // the VNNI kernel must reproduce its definition exactly
-      std::vector<float> yq(y.size()), want(y.size());
-      mxfp4::gemm(x.data(), hidden, 16, ex[0].w1, yq.data(), inter, mxfp4::activations::int8);
-      mxfp4::q8_reference(x.data(), hidden, 16, ex[0].w1, 0, inter, want.data(), inter);
+    // The VNNI tile kernel (M = 16) and the AVX2 few-token kernel (M = 4) must reproduce the
+    // int8 definition exactly.
+    if (int8_dot_available() || active_isa() == isa::avx2) {
+      const std::int64_t mq = int8_dot_available() ? 16 : mxfp4::detail::q8_avx2_max_tokens;
+      std::vector<float> yq(static_cast<std::size_t>(mq * inter)), want(yq.size());
+      mxfp4::gemm(x.data(), hidden, mq, ex[0].w1, yq.data(), inter, mxfp4::activations::int8);
+      mxfp4::q8_reference(x.data(), hidden, mq, ex[0].w1, 0, inter, want.data(), inter);
       double qn = 0;
-      for (std::size_t i = 0; i < y.size(); ++i) qn += (yq[i] - ref[i]) * (yq[i] - ref[i]);
+      double qd = 0;
+      for (std::size_t i = 0; i < yq.size(); ++i) qn += (yq[i] - ref[i]) * (yq[i] - ref[i]), qd += ref[i] * ref[i];
       const bool exact = std::memcmp(yq.data(), want.data(), yq.size() * sizeof(float)) == 0;
-      std::printf("validation: int8 activations M=16 %s the int8 reference; vs fp64 of the fp32 input rel-RMSE %.2e\n",
-                  exact ? "equals" : "DIFFERS FROM", std::sqrt(qn / den));
+      std::printf("validation: int8 activations M=%lld %s the int8 reference; vs fp64 of the fp32 input rel-RMSE %.2e\n",
+                  static_cast<long long>(mq), exact ? "equals" : "DIFFERS FROM", std::sqrt(qn / qd));
       if (!exact) return 1;
     }
   }
@@ -109,7 +113,8 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
   // M = 1 is decode; 4, 8, 16 and 64 tokens per expert are batched decode and prefill (the fp32
   // batch kernel takes 7+ tokens with the tokens in the lanes). int8 rows: the opt-in int8
   // activations on AVX512-VNNI (tiles of 16 tokens from 5 tokens per expert, below that the
-  // few-token kernel).
+  // few-token kernel), or on AVX2 (the integer kernel up to 4 tokens, then the fp32 kernel on
+  // the rounded activations).
   table t({{"kernel", 26}, {"M", 4}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"tok-GEMV/s", 11},
            {"GFLOP/s", 8}});
   for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{4, mxfp4::activations::fp32},
@@ -119,7 +124,7 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
                                 std::pair{4, mxfp4::activations::int8}, std::pair{8, mxfp4::activations::int8},
                                 std::pair{16, mxfp4::activations::int8}, std::pair{64, mxfp4::activations::int8}}) {
     if (act == mxfp4::activations::bf16 && !bf16_dot_available()) continue; // no AVX512-BF16 here
-    if (act == mxfp4::activations::int8 && !int8_dot_available()) continue; // no AVX512-VNNI here
+    if (act == mxfp4::activations::int8 && !int8_dot_available() && active_isa() != isa::avx2) continue; // no int8 kernel here
     const std::int64_t rows = static_cast<std::int64_t>(experts_per_layer) * m;
     std::vector<float> x(static_cast<std::size_t>(rows * hidden)), h(static_cast<std::size_t>(rows * inter)),
         y1(static_cast<std::size_t>(rows * inter)), y3(y1.size()), y2(static_cast<std::size_t>(rows * hidden));

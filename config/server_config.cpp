@@ -32,8 +32,9 @@ void add_server_options(CLI::App& app, server_config& c) {
            "depend on batching)")
       ->group(model_g);
   add_bool(app, "--int8-activations", c.int8_activations,
-           "CPU: round the activations entering the MXFP4 experts to int8 per 32-value block and sum with AVX512-VNNI "
-           "(about 2x the expert matmuls from 5 tokens per expert; ~3e-3 relative error per matmul)")
+           "CPU: round the activations entering the MXFP4 experts to int8 per 32-value block and sum as integers with "
+           "AVX512-VNNI (about 2x the expert matmuls from 5 tokens per expert) or AVX2 (about 1.6x at 1 token per expert); "
+           "~3e-3 relative error per matmul")
       ->group(model_g);
   add_bool(app, "--trust-remote-code", c.trust_remote_code, "Accepted for vLLM compatibility (k3serve runs no Python)")
       ->group(model_g);
@@ -256,7 +257,7 @@ std::string server_config::validate() const {
            "over the " + std::to_string(tensor_parallel_size) + " tensor-parallel GPUs (EP = TP); give the same size or leave it out";
   if (cuda && null_executor) return "--null-executor and --device cuda are exclusive";
   if (cuda && int8_activations)
-    return "--int8-activations cannot take effect with --device cuda: it selects the CPU's AVX512-VNNI expert kernels";
+    return "--int8-activations cannot take effect with --device cuda: it selects the CPU's int8 expert kernels";
   if (data_parallel_size > 1 || enable_dp_attention)
     return "--data-parallel-size / --enable-dp-attention cannot take effect on this CPU build (one engine per process); "
            "they are accepted in `k3 sim` plans";

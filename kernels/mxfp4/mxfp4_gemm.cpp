@@ -128,6 +128,57 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
   });
 }
 
+// grouped_gemm for activations::int8 on AVX2 CPUs (no VNNI): segments of at most
+// q8_avx2_max_tokens tokens (decode) take the integer kernel on per-token vectors; larger ones
+// the fp32 AVX2 kernel on the rounded activations, as without this path.
+void grouped_q8_avx2(const float* x, std::int64_t ldx, std::int64_t x_rows, std::span<const expert_segment> segments,
+                     const std::vector<item>& items, float* y, std::int64_t ldy) {
+  const std::int64_t cols = segments.front().w.cols, vec_bytes = detail::q8_vec_avx2_bytes(cols);
+  std::vector<std::int64_t> first(segments.size(), 0);
+  std::vector<std::int64_t> vec_rows;
+  bool any_large = false;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    const std::int64_t n = s.end - s.begin;
+    if (n <= 0 || s.w.rows == 0) continue;
+    if (n > detail::q8_avx2_max_tokens) {
+      any_large = true;
+      continue;
+    }
+    first[i] = static_cast<std::int64_t>(vec_rows.size());
+    for (std::int64_t t = 0; t < n; ++t) vec_rows.push_back(s.begin + t);
+  }
+  const auto n_vecs = static_cast<std::int64_t>(vec_rows.size());
+  thread_local std::vector<std::uint8_t> storage;
+  thread_local std::vector<const std::uint8_t*> vecs;
+  thread_local std::vector<float> rounded_x;
+  storage.resize(static_cast<std::size_t>(n_vecs * vec_bytes + 64));
+  vecs.resize(vec_rows.size());
+  std::uint8_t* base = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+  for (std::int64_t k = 0; k < n_vecs; ++k) vecs[static_cast<std::size_t>(k)] = base + k * vec_bytes;
+  const std::uint8_t* const* vec = vecs.data(); // the pool's threads see this thread's buffers
+  parallel_for_work(n_vecs, n_vecs * cols * 8, [&](std::int64_t k) {
+    detail::q8_make_vec_avx2(x + vec_rows[static_cast<std::size_t>(k)] * ldx, cols, base + k * vec_bytes);
+  });
+  const float* xr = nullptr;
+  if (any_large) {
+    rounded_x.resize(static_cast<std::size_t>(x_rows * cols));
+    q8_round_rows(x, ldx, x_rows, cols, rounded_x.data());
+    xr = rounded_x.data();
+  }
+  std::int64_t work = 0;
+  for (const auto& s : segments) work += (s.end - s.begin) * s.w.rows * s.w.cols;
+  parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
+    const item& it = items[static_cast<std::size_t>(k)];
+    const auto& s = segments[it.seg];
+    const std::int64_t n = s.end - s.begin;
+    if (n <= detail::q8_avx2_max_tokens)
+      detail::q8_gemv_avx2(vec + first[it.seg], static_cast<int>(n), s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+    else
+      detail::gemm_rows_avx2(xr + s.begin * cols, cols, n, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+  });
+}
+
 } // namespace
 
 void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t row_begin,
@@ -186,6 +237,10 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
   const std::int64_t cols = segments.front().w.cols;
   if (a == activations::int8 && int8_dot_available()) {
     grouped_q8(x, ldx, segments, items, y, ldy);
+    return;
+  }
+  if (a == activations::int8 && active_isa() == isa::avx2) {
+    grouped_q8_avx2(x, ldx, x_rows, segments, items, y, ldy);
     return;
   }
   // bf16 or int8 activations without the dot kernel: round once here, then the fp32 kernel.

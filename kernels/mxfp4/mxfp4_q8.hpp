@@ -91,6 +91,26 @@ void q8_make_vec_avx512(const float* x, std::int64_t cols, void* storage);
 void q8_gemv_avx512vnni(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1,
                         float* y, std::int64_t ldy);
 
+// ---- AVX2 (no VNNI), few tokens ------------------------------------------------------------
+// Per token, per pair of blocks p: 64 bytes of q — [even columns of block 2p | of 2p + 1 | odd
+// columns of 2p | of 2p + 1] — then after all pairs d[2·pairs] floats and −12·Σq[2·pairs] int32
+// (a missing last block of an odd count: zeros).
+
+/// Segments of at most this many tokens take q8_gemv_avx2 where VNNI is missing; larger ones the
+/// fp32 kernels on the rounded activations.
+inline constexpr std::int64_t q8_avx2_max_tokens = 4;
+
+/// Bytes of one token in the AVX2 layout (a multiple of 64).
+[[nodiscard]] std::int64_t q8_vec_avx2_bytes(std::int64_t cols) noexcept;
+
+/// Quantizes one token (the definition's rounding) into `storage` (q8_vec_avx2_bytes, 32-byte aligned).
+void q8_make_vec_avx2(const float* x, std::int64_t cols, void* storage);
+
+/// y[t·ldy + r] for rows [r0, r1), token t from xv[t]: the definition exactly (bitwise equal to
+/// q8_reference). AVX2; serial.
+void q8_gemv_avx2(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,
+                  std::int64_t ldy);
+
 /// Rows [r0, r1) of w for tiles [0, ntiles): token i of tile k goes to y[(16k + i)·ldy + r].
 /// REQUIRES int8_dot_available(); serial.
 void q8_rows_avx512vnni(const q8_tile* tiles, std::int64_t ntiles, const matrix_view& w, std::int64_t r0,

@@ -1,6 +1,6 @@
 // int8 activations for MXFP4 matmuls (activations::int8): the rounding rule, the scalar
-// reference against fp64, the AVX512-VNNI kernel bit for bit against the reference over odd
-// shapes, the fallbacks, batch independence and NaN confinement.
+// reference against fp64, the AVX512-VNNI and AVX2 few-token kernels bit for bit against the
+// reference over odd shapes, the fallbacks, batch independence and NaN confinement.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -126,7 +126,7 @@ TEST_CASE("q8 tiles: the VNNI quantizer writes the reference's values in the til
   }
 }
 
-TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens within fp32 order), other ISAs take the rounded fp32 path", "[mxfp4][q8]") {
+TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens within fp32 order), AVX2 few tokens bit for bit, otherwise the rounded fp32 path", "[mxfp4][q8]") {
   if (!int8_dot_available()) WARN("no AVX512-VNNI on this CPU: only the rounded-fp32 fallback is exercised");
   test::rng r(20261204);
   for (const std::int64_t rows : {1, 5, 13, 33, 130})
@@ -144,7 +144,9 @@ TEST_CASE("q8 gemm: VNNI equals the reference (tiles bit for bit, few tokens wit
           std::vector<float> y(m * ldy, NAN), want(m * ldy, NAN);
           gemm(x.data(), ldx, m, matrix_view::of(w), y.data(), ldy, activations::int8);
           const bool vnni = int8_dot_available();
-          if (vnni) q8_reference(x.data(), ldx, m, matrix_view::of(w), 0, rows, want.data(), ldy);
+          // AVX2 without VNNI: up to q8_avx2_max_tokens the integer kernel, exact to the definition.
+          const bool avx2_q8 = !vnni && active_isa() == isa::avx2 && m <= detail::q8_avx2_max_tokens;
+          if (vnni || avx2_q8) q8_reference(x.data(), ldx, m, matrix_view::of(w), 0, rows, want.data(), ldy);
           else gemm(xr.data(), cols, m, matrix_view::of(w), want.data(), ldy, activations::fp32);
           for (std::int64_t t = 0; t < m; ++t)
             for (std::int64_t q = 0; q < rows; ++q) {
@@ -211,5 +213,38 @@ TEST_CASE("q8 gemm: a NaN activation poisons only its token, a NaN scale only it
         INFO("m=" << mm << " token " << t << " row " << q);
         REQUIRE(std::isnan(y[t * rows + q]) == poisoned);
       }
+  }
+}
+
+TEST_CASE("q8 gemm: every scale byte, 0 (2^-128) to 255 (NaN), scales as the definition says on every path", "[mxfp4][q8]") {
+  // 17 rows × 16 blocks: rows 0–15 carry the bytes 0..254 (each once; 255's slot repeats 254),
+  // row 16 is all 255 (a NaN row). 16 blocks per row take the AVX2 kernel's byte transpose.
+  test::rng r(23);
+  const std::int64_t rows = 17, cols = 16 * block_size, nb = cols / block_size;
+  auto w = test::random_mxfp4(r, rows, cols);
+  for (std::int64_t q = 0; q < rows; ++q)
+    for (std::int64_t b = 0; b < nb; ++b)
+      w.scales[q * nb + b] = q == 16 ? std::uint8_t{255} : static_cast<std::uint8_t>(std::min<std::int64_t>(q * nb + b, 254));
+  for (const std::int64_t m : {1, 3}) {
+    auto x = r.normals(m * cols);
+    std::vector<float> want(m * rows, 0.0f);
+    q8_reference(x.data(), cols, m, matrix_view::of(w), 0, rows, want.data(), rows);
+    for (isa path : test::isa_paths()) {
+      scoped_isa pin(path);
+      const bool exact = int8_dot_available() ? m >= q8_min_tokens : active_isa() == isa::avx2;
+      std::vector<float> y(m * rows, 0.0f);
+      gemm(x.data(), cols, m, matrix_view::of(w), y.data(), rows, activations::int8);
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t q = 0; q < rows; ++q) {
+          INFO("isa=" << to_string(path) << " m=" << m << " token " << t << " row " << q << " got " << y[t * rows + q] << " want "
+                      << want[t * rows + q]);
+          if (q == 16) REQUIRE(std::isnan(y[t * rows + q]));
+          if (exact) REQUIRE(same_bits(y[t * rows + q], want[t * rows + q]));
+          // The fp32 path sums in another order: where the large scales overflow (row 15, bytes
+          // up to 254 = 2^126) it may meet +inf and −inf, so only finite results are compared.
+          else if (q < 16 && std::isfinite(want[t * rows + q]))
+            REQUIRE(std::fabs(y[t * rows + q] - want[t * rows + q]) <= 1e-5f * std::fabs(want[t * rows + q]) + 1e-37f);
+        }
+    }
   }
 }
