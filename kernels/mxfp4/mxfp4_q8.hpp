@@ -106,6 +106,10 @@ inline constexpr std::int64_t q8_avx2_max_tokens = 4;
 /// Quantizes one token (the definition's rounding) into `storage` (q8_vec_avx2_bytes, 32-byte aligned).
 void q8_make_vec_avx2(const float* x, std::int64_t cols, void* storage);
 
+/// q8_round_rows with AVX2 (what the dispatching q8_round_rows calls on AVX2 and AVX-512 CPUs):
+/// the same values bit for bit.
+void q8_round_rows_avx2(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* dst) noexcept;
+
 /// y[t·ldy + r] for rows [r0, r1), token t from xv[t]: the definition exactly (bitwise equal to
 /// q8_reference). AVX2; serial.
 void q8_gemv_avx2(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,

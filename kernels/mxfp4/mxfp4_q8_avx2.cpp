@@ -12,8 +12,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstring>
-
 #include <vector>
 
 #include "kernels/mxfp4/mxfp4_q8.hpp"
@@ -95,6 +95,41 @@ void q8_make_vec_avx2(const float* x, std::int64_t cols, void* storage) {
     }
     corr[b] = -12 * sum;
   }
+}
+
+void q8_round_rows_avx2(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* dst) noexcept {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 big = _mm256_set1_ps(FLT_MAX), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  std::int8_t q[block_size];
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; c += block_size) {
+      const float* x = src + r * ld + c;
+      float* out = dst + r * cols + c;
+      __m256 v[4], m = _mm256_setzero_ps();
+      int finite = 0xFF;
+      for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        const __m256 a = _mm256_and_ps(v[k], abs_mask);
+        finite &= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_LE_OQ)); // false for NaN and ±inf
+        m = _mm256_max_ps(m, a);
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      const float amax = _mm_cvtss_f32(h), inv = 127.0f / amax;
+      if (finite != 0xFF || amax == 0.0f || !(inv <= FLT_MAX)) { // rare: the scalar rule, d · 0
+        const float d = q8_quantize_block(x, q);
+        for (int i = 0; i < block_size; ++i) out[i] = d * static_cast<float>(q[i]);
+        continue;
+      }
+      const __m256 vi = _mm256_set1_ps(inv), d = _mm256_set1_ps(amax / 127.0f);
+      for (int k = 0; k < 4; ++k) {
+        // Clamp, then round half to even through int32 (as nearbyint; a −0 comes back +0, as
+        // through the scalar rule's int8), then d · q.
+        const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], vi), lo), hi);
+        _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtps_epi32(t))));
+      }
+    }
 }
 
 void q8_gemv_avx2(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,

@@ -59,6 +59,43 @@ TEST_CASE("q8 rounding: the definition's rule, zeros, tiny and non-finite blocks
   for (int i = 0; i < 32; ++i) REQUIRE(q[i] == 0);
 }
 
+TEST_CASE("q8 rounding rows: every ISA path gives the scalar rule's d · q bit for bit", "[mxfp4][q8]") {
+  // Blocks: normal and tiny scales, ties (amax 127 makes 127 / amax = 1: 2.5 → 2, −3.5 → −4),
+  // small negatives that round to zero (the rule's int8 makes them +0), a zero block, a block
+  // whose 127 / amax overflows, NaN and ±inf blocks; rows with a stride.
+  test::rng r(29);
+  const std::int64_t rows = 3, cols = 10 * block_size, ld = cols + 7;
+  auto x = r.normals(rows * ld, 3.0f);
+  for (std::int64_t q = 0; q < rows; ++q) {
+    float* row = x.data() + q * ld;
+    for (int i = 0; i < 32; ++i) row[32 + i] *= 1e-20f;
+    for (int i = 0; i < 32; ++i) row[64 + i] = (i % 4 == 0) ? 2.5f + i : (i % 4 == 1 ? -3.5f : -1e-6f);
+    row[64 + 31] = 127.0f;
+    std::fill(row + 96, row + 128, 0.0f);
+    std::fill(row + 128, row + 160, 0.0f);
+    row[128 + 7] = -1e-38f;
+    row[160 + 9] = std::numeric_limits<float>::quiet_NaN();
+    row[192 + 2] = std::numeric_limits<float>::infinity();
+    row[224 + 30] = -std::numeric_limits<float>::infinity();
+  }
+  std::vector<float> want(rows * cols);
+  std::int8_t qb[block_size];
+  for (std::int64_t q = 0; q < rows; ++q)
+    for (std::int64_t c = 0; c < cols; c += block_size) {
+      const float d = q8_quantize_block(x.data() + q * ld + c, qb);
+      for (int i = 0; i < block_size; ++i) want[q * cols + c + i] = d * static_cast<float>(qb[i]);
+    }
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    std::vector<float> got(rows * cols, 1.0f);
+    q8_round_rows(x.data(), ld, rows, cols, got.data());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("isa=" << to_string(path) << " index " << i << " got " << got[i] << " want " << want[i]);
+      REQUIRE(same_bits(got[i], want[i]));
+    }
+  }
+}
+
 TEST_CASE("q8 reference: equals fp64 on the rounded activations and stays within the int8 bound of the exact product", "[mxfp4][q8]") {
   test::rng r(11);
   for (const std::int64_t cols : {32, 96, 288}) {
