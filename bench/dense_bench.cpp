@@ -31,13 +31,14 @@ int run_dense_bench(const kernel_bench_options& opts) {
   const double bytes = static_cast<double>(w.size()) * 2;
   std::printf("\nbf16 GEMM %lldx%lld, %lld matrices = %.2f GiB, %d threads, isa=%s\n", (long long)n, (long long)k,
               (long long)mats, bytes / (1 << 30), kernel_threads(), std::string(to_string(active_isa())).c_str());
-  // Validate M = 3 against fp64 on a few rows.
-  {
-    std::vector<float> x(3 * k), y(3 * n);
+  // Validate M = 3 (GEMV) and M = 100 (prefill: AMX tiles and their tails where present)
+  // against fp64 on a few rows.
+  for (const std::int64_t vm : {3, 100}) {
+    std::vector<float> x(static_cast<std::size_t>(vm * k)), y(static_cast<std::size_t>(vm * n));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.01 * static_cast<double>(i));
-    dense::gemm_bf16(x.data(), k, 3, w.data(), n, k, y.data(), n);
+    dense::gemm_bf16(x.data(), k, vm, w.data(), n, k, y.data(), n);
     double worst = 0;
-    for (std::int64_t t = 0; t < 3; ++t)
+    for (std::int64_t t = 0; t < vm; t += vm > 3 ? 33 : 1)
       for (std::int64_t r = 0; r < n; r += 611) {
         double ref = 0, mag = 0;
         for (std::int64_t i = 0; i < k; ++i) {
@@ -47,7 +48,7 @@ int run_dense_bench(const kernel_bench_options& opts) {
         }
         worst = nan_max(worst, std::fabs(y[t * n + r] - ref) / mag);
       }
-    std::printf("validation: worst |err|/Σ|x·w| = %.2e %s\n", worst, worst < 1e-5 ? "ok" : "FAILED");
+    std::printf("validation M=%lld: worst |err|/Σ|x·w| = %.2e %s\n", (long long)vm, worst, worst < 1e-5 ? "ok" : "FAILED");
     if (!(worst < 1e-5)) return 1;
   }
   std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {
@@ -55,15 +56,33 @@ int run_dense_bench(const kernel_bench_options& opts) {
   volatile std::uint64_t sink = 0;
   auto stream_pass = [&] { sink = sink + stream_read(regions); };
   const peaks pk = measure_peaks();
-  std::printf("measured peaks: fp32 FMA %.0f GFLOP/s, bf16 dot %s\n", pk.fp32,
-              pk.bf16 > 0 ? (fmt(pk.bf16, 0) + " GFLOP/s (vdpbf16ps)").c_str() : "n/a (no AVX512-BF16)");
+  std::printf("measured peaks: fp32 FMA %.0f GFLOP/s, bf16 dot %s, AMX bf16 %s\n", pk.fp32,
+              pk.bf16 > 0 ? (fmt(pk.bf16, 0) + " GFLOP/s (vdpbf16ps)").c_str() : "n/a (no AVX512-BF16)",
+              pk.amx_bf16 > 0 ? (fmt(pk.amx_bf16, 0) + " GFLOP/s (TDPBF16PS)").c_str() : "n/a (no AMX)");
   table t({{"kernel", 20}, {"M", 5}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"GFLOP/s", 8},
            {"of fp32 peak", 12}, {"of bf16 peak", 12}});
   // Each M with fp32 activations (the default numerics) and bf16 activations (the opt-in
   // --bf16-activations: rounded once, vdpbf16ps where the CPU has AVX512-BF16).
   const bool dot = bf16_dot_available();
-  for (int m : {1, 4, 16, 64, 512})
+  // Prefill sizes run twice where the CPU has AMX: on tiles (the default there) and with AMX
+  // turned off (the k-blocked sgemm), alternating in the same run.
+  const bool amx = amx_bf16_available();
+  struct bench_case {
+    int m;
+    activations act;
+    bool amx;
+  };
+  std::vector<bench_case> cases;
+  for (int m : {1, 4, 16, 64, 128, 512})
     for (auto act : {activations::fp32, activations::bf16}) {
+      if (m > 64 && amx) cases.push_back({m, act, true});
+      if (m != 128 || amx) cases.push_back({m, act, false});
+    }
+  for (const bench_case& bc : cases) {
+    {
+      const int m = bc.m;
+      const activations act = bc.act;
+      const bool prev_amx = set_amx_override(bc.amx);
       std::vector<float> x(static_cast<std::size_t>(m * k)), y(static_cast<std::size_t>(m * n));
       for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3 * static_cast<double>(i));
       auto pass = [&] {
@@ -74,12 +93,18 @@ int run_dense_bench(const kernel_bench_options& opts) {
       const auto [tk, ts] = time_pair(pass, stream_pass, 2 * opts.min_seconds);
       const double gk = bytes / tk / 1e9, gs = bytes / ts / 1e9;
       const double gf = 2.0 * m * n * k * mats / tk / 1e9;
+      set_amx_override(prev_amx);
       const bool b = act == activations::bf16;
       const std::string name = m <= 64 ? (b ? (dot ? "GEMV bf16-act dot" : "GEMV bf16-act") : "GEMV fp32-act")
-                                       : (b ? "sgemm bf16-act" : "sgemm fp32-act");
+                               : bc.amx ? (b ? "AMX bf16-act" : "AMX fp32-act x3")
+                                        : (b ? "sgemm bf16-act" : "sgemm fp32-act");
+      // bf16 peak: the AMX tile rate for the AMX rows (x3 counts the useful flops, a third of
+      // the tile work), vdpbf16ps otherwise.
+      const double bpeak = bc.amx ? pk.amx_bf16 : pk.bf16;
       t.row({name, std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gf, 1), pk.fp32 > 0 ? fmt(gf / pk.fp32) : "-",
-             pk.bf16 > 0 ? fmt(gf / pk.bf16) : "-"});
+             bpeak > 0 ? fmt(gf / bpeak) : "-"});
     }
+  }
 #if K3_HAVE_ONEDNN
   // oneDNN's bf16 matmul on the same matrices (weights reordered once, outside the timing).
   std::printf("oneDNN bf16 matmul, dispatched ISA %s\n", onednn_gemm::isa());

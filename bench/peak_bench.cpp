@@ -1,6 +1,7 @@
 // The machine's arithmetic peaks, measured: independent register-only FMA chains per thread on
 // every kernel thread (fp32 vfmadd231ps on 512-bit or 256-bit vectors; bf16 vdpbf16ps where the
-// CPU has AVX512-BF16). The denominators for "GEMM at X% of peak".
+// CPU has AVX512-BF16; AMX TDPBF16PS tile products where the CPU has AMX). The denominators for
+// "GEMM at X% of peak".
 #include "bench/peak_bench.hpp"
 
 #include <immintrin.h>
@@ -53,6 +54,42 @@ __attribute__((target("avx512f,avx512bf16"))) double dot_bf16(long n) {
   return static_cast<double>(_mm512_reduce_add_ps(s));
 }
 
+// AMX: four independent 16 × 16 fp32 accumulator tiles, each += 16 × 32 · 32 × 16 bf16 per
+// TDPBF16PS (16 384 flops). The tile state is configured and released inside the call.
+struct alignas(64) amx_cfg {
+  unsigned char palette = 1, start_row = 0, reserved[14] = {};
+  unsigned short colsb[16] = {};
+  unsigned char rows[16] = {};
+};
+
+__attribute__((target("avx512f,amx-tile,amx-bf16"))) double tdp_bf16(long n) {
+  amx_cfg cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  alignas(64) static const unsigned short ones[16 * 32] = {};
+  _tile_loadconfig(&cfg);
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long k = 0; k < n / 4; ++k) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[256];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return static_cast<double>(out[0]);
+}
+
 // GFLOP/s of fn(iters) on every kernel thread at once; flops_per_iter over all 12 chains.
 template <class Fn>
 double on_all_threads(Fn fn, double flops_per_iter) {
@@ -77,6 +114,7 @@ peaks measure_peaks() {
   if (detected_isa() >= isa::avx512) p.fp32 = on_all_threads(fma512, 12.0 * 32);
   else if (detected_isa() >= isa::avx2) p.fp32 = on_all_threads(fma256, 12.0 * 16);
   if (bf16_dot_available()) p.bf16 = on_all_threads(dot_bf16, 12.0 * 64);
+  if (amx_bf16_available()) p.amx_bf16 = on_all_threads(tdp_bf16, 16384.0); // one TDPBF16PS per iteration
   return p;
 }
 

@@ -2,6 +2,13 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace k3 {
 namespace {
@@ -31,7 +38,64 @@ std::atomic<int>& active_slot() noexcept {
   return slot;
 }
 
+struct amx_caps {
+  bool bf16 = false;
+  bool int8 = false;
+};
+
+// CPUID leaf 7 EDX: AMX-BF16 bit 22, AMX-TILE bit 24, AMX-INT8 bit 25 (GCC 12's
+// __builtin_cpu_supports does not know them). The OS must enable XTILECFG/XTILEDATA in XCR0
+// (bits 17, 18), and Linux hands tile data to a process only after ARCH_REQ_XCOMP_PERM.
+amx_caps probe_amx() noexcept {
+  amx_caps caps;
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return caps;
+  const bool tile = (d >> 24) & 1u;
+  if (!tile) return caps;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (!__get_cpuid(1, &a1, &b1, &c1, &d1) || !((c1 >> 27) & 1u)) return caps; // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3u) != 3u) return caps;
+#if defined(__linux__)
+  constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0) return caps;
+#else
+  return caps;
+#endif
+  caps.bf16 = (d >> 22) & 1u;
+  caps.int8 = (d >> 25) & 1u;
+#endif
+  return caps;
+}
+
+const amx_caps& amx_cpu() noexcept {
+  static const amx_caps caps = probe_amx();
+  return caps;
+}
+
+std::atomic<bool>& amx_slot() noexcept {
+  static std::atomic<bool> slot{[] {
+    const char* env = std::getenv("K3_AMX");
+    return !(env && std::strcmp(env, "0") == 0);
+  }()};
+  return slot;
+}
+
 } // namespace
+
+bool amx_detected() noexcept { return amx_cpu().bf16 || amx_cpu().int8; }
+
+bool amx_bf16_available() noexcept {
+  return amx_cpu().bf16 && active_isa() == isa::avx512 && amx_slot().load(std::memory_order_relaxed);
+}
+
+bool amx_int8_available() noexcept {
+  return amx_cpu().int8 && active_isa() == isa::avx512 && amx_slot().load(std::memory_order_relaxed);
+}
+
+bool set_amx_override(bool enabled) noexcept { return amx_slot().exchange(enabled); }
 
 isa detected_isa() noexcept {
   static const isa level = probe();

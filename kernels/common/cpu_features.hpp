@@ -4,8 +4,9 @@
 // Kernels with hand-written SIMD paths (MXFP4 GEMM, bf16 GEMV) ship a scalar, an AVX2+FMA and
 // an AVX-512 (F/BW/VL/DQ) variant and pick one per call through active_isa(). The choice is
 // made once from CPUID; the environment variable K3_ISA=scalar|avx2|avx512 lowers it (never
-// raises it above what the CPU has) so benchmarks and bug reports can pin a path. This file is
-// the only place the kernels read the environment.
+// raises it above what the CPU has) so benchmarks and bug reports can pin a path; K3_AMX=0
+// turns off the AMX tile paths (prefill GEMMs on Xeons that have AMX). This file is the only
+// place the kernels read the environment.
 //
 // Thread safety: active_isa() is safe from any thread; set_isa_override() is for tests and
 // benchmarks and must not race with running kernels.
@@ -32,6 +33,22 @@ isa set_isa_override(isa level) noexcept;
 
 /// AVX512-VNNI (vpdpbusd) usable now: the CPU has it and the active ISA is AVX-512.
 [[nodiscard]] bool int8_dot_available() noexcept;
+
+/// AMX with bf16 tiles (TDPBF16PS) usable now: the CPU has AMX-TILE and AMX-BF16, the OS
+/// enables tile state and granted this process tile data (requested once, arch_prctl on
+/// Linux), the active ISA is AVX-512, and neither K3_AMX=0 nor set_amx_override(false)
+/// turned it off.
+[[nodiscard]] bool amx_bf16_available() noexcept;
+
+/// AMX-INT8 (TDPBUSD) usable now: amx_bf16_available()'s conditions with AMX-INT8 for AMX-BF16.
+[[nodiscard]] bool amx_int8_available() noexcept;
+
+/// The CPU and OS can run AMX tiles (ignores K3_AMX and overrides); for reports.
+[[nodiscard]] bool amx_detected() noexcept;
+
+/// Turns the AMX paths off (false) or back on (true, where detected); returns the previous
+/// setting. For tests and benchmarks that time both paths in one run.
+bool set_amx_override(bool enabled) noexcept;
 
 /// Parses "scalar", "avx2", "avx512"; false on anything else.
 bool parse_isa(std::string_view text, isa& out) noexcept;

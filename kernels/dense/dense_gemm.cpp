@@ -23,6 +23,8 @@ constexpr std::int64_t gemv_max_m = 64;
 // (2 threads: 136 → 145, 140 → 167); AVX2 Zen 3, 2 threads: m = 16 76–110 → 103–133, m = 64
 // 89–109 → 126–135.
 constexpr std::int64_t bcast_min_m = 7;
+// Tokens per AMX pass (bounds the activation split buffer; see gemm_amx).
+constexpr std::int64_t amx_max_tokens = 512;
 
 void check(const float* x, std::int64_t ldx, std::int64_t m, const void* w, std::int64_t n, std::int64_t k,
            const float* y, std::int64_t ldy, const char* who) {
@@ -44,6 +46,43 @@ rows_fn select() noexcept {
     case isa::scalar: break;
   }
   return detail::gemv_bf16_rows_scalar;
+}
+
+// Prefill on AMX (gemm_bf16_amx.cpp). fp32 activations enter as three bf16 parts (hi + mid + lo
+// = x), so every product is an fp32-exact product of the activation and the bf16 weight, as in
+// the widening paths; bf16 activations enter once, rounded. The 32-token × 32-row body runs on
+// tiles; leftover rows of W (n % 32) and tokens (m % 32) take the other paths.
+void gemm_amx(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
+              float* y, std::int64_t ldy, activations a) {
+  const int splits = a == activations::bf16 ? 1 : 3;
+  const std::int64_t mm = m / 32 * 32, nn = n / 32 * 32, kp = (k + 31) / 32 * 32;
+  static_assert(amx_max_tokens % 32 == 0);
+  // Tokens in chunks of up to amx_max_tokens bound the split buffer (3 · 512 · kp bf16); W is
+  // packed once per chunk, which 512 tokens amortise.
+  thread_local std::vector<bf16_t> xbuf;
+  for (std::int64_t t0 = 0; t0 < mm; t0 += amx_max_tokens) {
+    const std::int64_t mt = std::min(amx_max_tokens, mm - t0), split_stride = mt * kp;
+    xbuf.resize(static_cast<std::size_t>(splits * split_stride + 32));
+    bf16_t* xs = xbuf.data() + ((64 - reinterpret_cast<std::uintptr_t>(xbuf.data()) % 64) % 64) / sizeof(bf16_t);
+    const float* xt = x + t0 * ldx;
+    parallel_for_work(mt / 32, mt * k * 8, [&](std::int64_t i) {
+      detail::split_bf16_rows(xt + 32 * i * ldx, ldx, 32, k, splits, xs + 32 * i * kp, split_stride);
+    });
+    // Row blocks of 32 split evenly over the pool threads; each packs its own slice of W.
+    const std::int64_t blocks = nn / 32;
+    float* yt = y + t0 * ldy;
+    parallel_threads([&](int ti, int nt) {
+      const std::int64_t b0 = blocks * ti / nt, b1 = blocks * (ti + 1) / nt;
+      if (b1 <= b0) return;
+      thread_local std::vector<bf16_t> pack;
+      const std::int64_t need = 32 * detail::amx_kblock * 32 + 32;
+      if (static_cast<std::int64_t>(pack.size()) < need) pack.resize(static_cast<std::size_t>(need));
+      bf16_t* wp = pack.data() + ((64 - reinterpret_cast<std::uintptr_t>(pack.data()) % 64) % 64) / sizeof(bf16_t);
+      detail::gemm_bf16_amx(xs, splits, split_stride, mt, w, k, 32 * b0, 32 * b1, yt, ldy, wp);
+    });
+  }
+  if (nn < n) gemm_bf16(x, ldx, mm, w + nn * k, n - nn, k, y + nn, ldy, a);
+  if (mm < m) gemm_bf16(x + mm * ldx, ldx, m - mm, w, n, k, y + mm * ldy, ldy, a);
 }
 
 } // namespace
@@ -69,6 +108,10 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   // Small GEMVs run on the calling thread (see min_parallel_work).
   const std::int64_t gemv_items = m * n * k < min_parallel_work ? 1 : (n + t4 - 1) / t4;
   const std::int64_t span = gemv_items == 1 ? n : t4;
+  if (!gemv && amx_bf16_available() && n >= 32) {
+    gemm_amx(x, ldx, m, w, n, k, y, ldy, a);
+    return;
+  }
   // bf16 activations: round them once, on the calling thread (m·k values, small next to the
   // n·k weights), into a buffer the pool items read — bf16 for the vdpbf16ps GEMV, else fp32
   // holding the rounded values.

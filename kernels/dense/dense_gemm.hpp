@@ -5,7 +5,8 @@
 // bf16 weights: for m ≤ 64 (decode, batched decode) hand-written kernels stream W once (small
 // calls on the calling thread): the GEMV (a lane per column) below 7 tokens, and with fp32
 // activations from 7 tokens tiles of tokens in the lanes — 16/32 on AVX-512, 8/16 on AVX2 —
-// (each (token, row) sum in k order, independent of the tile's other tokens); for larger m (prefill) W is widened
+// (each (token, row) sum in k order, independent of the tile's other tokens); for larger m (prefill) AMX tiles where the
+// CPU has them (gemm_bf16_amx.cpp; fp32 activations as three exact bf16 parts), else W is widened
 // in 256-row × 512-column blocks and multiplied with OpenBLAS sgemm, accumulating over k. fp32
 // weights go to OpenBLAS.
 //
@@ -52,6 +53,21 @@ void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t
 constexpr std::int64_t bcast_chunk = 256;
 void gemm_bf16_tile_avx512(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
                            std::int64_t r1, float* y, std::int64_t ldy, float* wt);
+/// AMX (amx_bf16_available()). split_bf16_rows: `rows` rows of x as `splits` bf16 copies in
+/// tile order — 16-row bands, each band's 32-column chunks as contiguous 16 × 32 tiles, zeros
+/// past k and in the last band's rows past `rows`; copy s at xs + s · split_stride,
+/// split_stride ≥ ceil(rows/16) · 16 · ceil(k/32) · 32, xs 64-byte aligned. splits = 1 rounds each value (f32_to_bf16's rule); splits = 3 writes hi, mid,
+/// lo with hi + mid + lo = x (exact for normal values; a non-finite hi stands alone), so the tile
+/// products reproduce fp32 activations against bf16 weights. AVX-512.
+void split_bf16_rows(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t k, int splits, bf16_t* xs,
+                     std::int64_t split_stride);
+/// gemm_bf16_amx: y[t, r] = Σ_s Σ_k xs_s[t, k] · w[r, k] for t < m and rows [n0, n1), m and
+/// n1 − n0 multiples of 32, xs as split_bf16_rows wrote it for m rows. wpack: 64-byte aligned
+/// scratch of 32 · amx_kblock · 32 bf16 (64 KiB). Serial; sums fp32 in tile order (per 32-column
+/// chunk all splits, chunks in order).
+constexpr std::int64_t amx_kblock = 32; ///< most 32-column chunks per k-block
+void gemm_bf16_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std::int64_t m, const bf16_t* w,
+                   std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy, bf16_t* wpack);
 /// The AVX2 form: tg ≤ 8 · vectors tokens, xt [k][8 · vectors] 32-byte aligned, same contract.
 void gemm_bf16_tile_avx2(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
                          std::int64_t r1, float* y, std::int64_t ldy, float* wt);

@@ -7,6 +7,7 @@
 
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
+#include "kernels/dense/dense_gemm.hpp"
 #include "kernels/mxfp4/mxfp4_q8.hpp"
 
 namespace k3::mxfp4 {
@@ -48,6 +49,13 @@ void check(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& 
     if (ldy < w.rows && m > 1) fail("ldy=" + std::to_string(ldy) + " < rows=" + std::to_string(w.rows));
   }
 }
+
+// AMX expert path (grouped_amx): from this many tokens per expert (below, the GEMV-style
+// kernels), for blocks of at most amx_max_cols columns (the 32-row B tiles of a row block,
+// 64 · cols bytes, stay in L2), splitting at most amx_split_budget bytes of activations at once.
+constexpr std::int64_t amx_min_tokens = 8;
+constexpr std::int64_t amx_max_cols = 16384;
+constexpr std::int64_t amx_split_budget = std::int64_t{64} << 20;
 
 // Row tile handed to one pool item: large enough to amortise the per-tile activation
 // de-interleave (cost m·K) against m·K·tile multiply-adds, small enough for balance.
@@ -179,6 +187,91 @@ void grouped_q8_avx2(const float* x, std::int64_t ldx, std::int64_t x_rows, std:
   });
 }
 
+// grouped_gemm on AMX (mxfp4_gemm_amx.cpp) for fp32 and bf16 activations: segments of at least
+// amx_min_tokens tokens run on tiles — fp32 activations as three bf16 parts (hi + mid + lo, so
+// the products are those of the fp32 kernel), bf16 activations as the one rounded copy — and
+// smaller segments (decode) the kernels they take without AMX. Segments go in waves whose split
+// activations fit amx_split_budget bytes, each wave one split pass and one pass of items.
+void grouped_amx(const float* x, std::int64_t ldx, std::int64_t x_rows, std::span<const expert_segment> segments,
+                 float* y, std::int64_t ldy, activations a) {
+  const std::int64_t cols = segments.front().w.cols, nb = cols / block_size;
+  const int splits = a == activations::bf16 ? 1 : 3;
+  // The non-AMX route of small segments, as grouped_gemm runs it without AMX.
+  auto fn = select();
+  const float* xf = x;
+  std::int64_t ldf = ldx;
+  thread_local std::vector<float> rounded_buf;
+  if (use_dot(a, cols)) {
+    fn = detail::gemm_rows_avx512bf16;
+  } else if (a == activations::bf16) {
+    xf = rounded(x, ldx, x_rows, cols, rounded_buf);
+    ldf = cols;
+  }
+  const std::int64_t threads = kernel_threads();
+  std::int64_t total_rows = 0;
+  for (const auto& s : segments)
+    if (s.end > s.begin) total_rows += s.w.rows;
+  thread_local std::vector<bf16_t> split_buf;
+  std::vector<std::size_t> wave;
+  std::vector<std::int64_t> offset(segments.size(), 0);
+  std::size_t next = 0;
+  while (next < segments.size()) {
+    // Collect one wave.
+    wave.clear();
+    std::int64_t split_elems = 0;
+    for (; next < segments.size(); ++next) {
+      const auto& s = segments[next];
+      const std::int64_t n = s.end - s.begin;
+      if (n <= 0 || s.w.rows == 0) continue;
+      const std::int64_t need = n >= amx_min_tokens ? (n + 15) / 16 * 16 * nb * 32 * splits : 0;
+      if (!wave.empty() && (split_elems + need) * 2 > amx_split_budget) break;
+      offset[next] = split_elems;
+      split_elems += need;
+      wave.push_back(next);
+    }
+    split_buf.resize(static_cast<std::size_t>(split_elems + 32));
+    bf16_t* xs = split_buf.data() + ((64 - reinterpret_cast<std::uintptr_t>(split_buf.data()) % 64) % 64) / sizeof(bf16_t);
+    std::vector<std::size_t> amx_segs;
+    for (std::size_t i : wave)
+      if (segments[i].end - segments[i].begin >= amx_min_tokens) amx_segs.push_back(i);
+    parallel_for_work(static_cast<std::int64_t>(amx_segs.size()), split_elems * 4, [&](std::int64_t j) {
+      const auto& s = segments[amx_segs[static_cast<std::size_t>(j)]];
+      const std::int64_t n = s.end - s.begin, stride = (n + 15) / 16 * 16 * nb * 32;
+      bf16_t* dst = xs + offset[amx_segs[static_cast<std::size_t>(j)]];
+      dense::detail::split_bf16_rows(x + s.begin * ldx, ldx, n, cols, splits, dst, stride);
+      detail::vnni_tiles(dst, splits * stride / 512);
+    });
+    // Items: (segment, row range); AMX segments in multiples of 32 rows.
+    std::vector<item> items;
+    std::int64_t work = 0;
+    for (std::size_t i : wave) {
+      const auto& s = segments[i];
+      const std::int64_t n = s.end - s.begin;
+      work += n * s.w.rows * cols;
+      std::int64_t tile = std::max<std::int64_t>(16, total_rows / (4 * threads));
+      tile = n >= amx_min_tokens ? (tile + 31) / 32 * 32 : (tile + 3) / 4 * 4;
+      for (std::int64_t r = 0; r < s.w.rows; r += tile) items.push_back({i, r, std::min(s.w.rows, r + tile)});
+    }
+    parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
+      const item& it = items[static_cast<std::size_t>(k)];
+      const auto& s = segments[it.seg];
+      const std::int64_t n = s.end - s.begin;
+      if (n >= amx_min_tokens && detail::amx_scales_ok(s.w, it.r0, it.r1)) {
+        thread_local std::vector<bf16_t> scratch;
+        thread_local std::vector<float> acc;
+        scratch.resize(static_cast<std::size_t>(32 * 32 * detail::amx_kblocks + 32));
+        acc.resize(static_cast<std::size_t>((n + 31) / 32 * 1024 + 16));
+        bf16_t* sp = scratch.data() + ((64 - reinterpret_cast<std::uintptr_t>(scratch.data()) % 64) % 64) / sizeof(bf16_t);
+        float* ap = acc.data() + ((64 - reinterpret_cast<std::uintptr_t>(acc.data()) % 64) % 64) / sizeof(float);
+        detail::gemm_rows_amx(xs + offset[it.seg], splits, (n + 15) / 16 * 16 * nb * 32, n, s.w, it.r0, it.r1,
+                              y + s.begin * ldy, ldy, sp, ap);
+      } else {
+        fn(xf + s.begin * ldf, ldf, n, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+      }
+    });
+  }
+}
+
 } // namespace
 
 void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t row_begin,
@@ -241,6 +334,10 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
   }
   if (a == activations::int8 && active_isa() == isa::avx2) {
     grouped_q8_avx2(x, ldx, x_rows, segments, items, y, ldy);
+    return;
+  }
+  if ((a == activations::fp32 || a == activations::bf16) && amx_bf16_available() && cols <= amx_max_cols) {
+    grouped_amx(x, ldx, x_rows, segments, y, ldy, a);
     return;
   }
   // bf16 or int8 activations without the dot kernel: round once here, then the fp32 kernel.

@@ -1,5 +1,6 @@
 // Dense bf16/fp32 GEMM vs fp64 reference, every path, odd shapes, both the GEMV (m ≤ 64) and
-// the widened-panel sgemm (m > 64, k blocked by 512) routes, with fp32 and bf16 activations.
+// the prefill routes (m > 64: AMX tiles where the CPU has them, else the widened-panel sgemm,
+// k blocked by 512), with fp32 and bf16 activations.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -163,6 +164,99 @@ TEST_CASE("dense: the vdpbf16ps GEMV kernel matches fp64 on any row range and to
         for (std::int64_t j = 0; j < 7; ++j) y7[t * 7 + j] = y[t * ldy + 2 + j];
       check_ref(xr, kp, m, w7, 7, k, y7, 7);
     }
+}
+
+TEST_CASE("dense: AMX activation splits hi + mid + lo give back every fp32 value", "[dense]") {
+  if (!amx_bf16_available()) {
+    WARN("no AMX on this CPU: the tile path is not exercised");
+    return;
+  }
+  // Values over a wide exponent range (incl. ties and values near bf16's largest), k tails.
+  test::rng r(4242);
+  for (std::int64_t k : {1, 17, 32, 33, 100}) {
+    const std::int64_t rows = 32, chunks = (k + 31) / 32, stride = rows * chunks * 32;
+    std::vector<float> x(rows * k);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] = r.uniform(-1.0f, 1.0f) * std::ldexp(1.0f, static_cast<int>(i % 160) - 80);
+    x[0] = 1.00390625f;     // exactly between two bf16 values
+    x[rows * k - 1] = 3.0e38f; // hi near the top of the range
+    std::vector<bf16_t> xs3(3 * stride + 32), xs1(stride + 32);
+    bf16_t* a3 = xs3.data() + ((64 - reinterpret_cast<std::uintptr_t>(xs3.data()) % 64) % 64) / sizeof(bf16_t);
+    bf16_t* a1 = xs1.data() + ((64 - reinterpret_cast<std::uintptr_t>(xs1.data()) % 64) % 64) / sizeof(bf16_t);
+    dense::detail::split_bf16_rows(x.data(), k, rows, k, 3, a3, stride);
+    dense::detail::split_bf16_rows(x.data(), k, rows, k, 1, a1, stride);
+    for (std::int64_t t = 0; t < rows; ++t)
+      for (std::int64_t c = 0; c < chunks * 32; ++c) {
+        // Tile order: band of 16 rows, chunk, row in band, column in chunk.
+        const std::int64_t at = (t / 16) * chunks * 512 + (c / 32) * 512 + (t % 16) * 32 + c % 32;
+        const float v = c < k ? x[t * k + c] : 0.0f;
+        INFO("k=" << k << " row " << t << " col " << c << " x=" << v);
+        REQUIRE(a1[at] == f32_to_bf16(v));
+        REQUIRE(a3[at] == a1[at]);
+        const double sum = static_cast<double>(bf16_to_f32(a3[at])) + bf16_to_f32(a3[stride + at]) +
+                           bf16_to_f32(a3[2 * stride + at]);
+        REQUIRE(sum == static_cast<double>(v));
+      }
+  }
+}
+
+TEST_CASE("dense gemm on AMX tiles (prefill) matches fp64 with fp32 and bf16 activations", "[dense]") {
+  if (!amx_bf16_available()) {
+    WARN("no AMX on this CPU: the tile path is not exercised");
+    return;
+  }
+  // Shapes: token counts past one 512-token pass and with tails (m % 32), row tails (n % 32),
+  // k tails and several k-blocks (1100 columns = 35 chunks); each result against fp64 of the
+  // activations the path promises (fp32 as given, or rounded to bf16), and the same call with
+  // AMX off (the widening sgemm path) against the same bound.
+  test::rng r(20261205);
+  for (std::int64_t m : {65, 100, 545})
+    for (std::int64_t n : {32, 95, 160})
+      for (std::int64_t k : {1, 33, 1100})
+        for (auto act : {activations::fp32, activations::bf16}) {
+          if (m * n * k > 20'000'000) continue;
+          INFO("m=" << m << " n=" << n << " k=" << k << " act=" << (act == activations::bf16 ? "bf16" : "fp32"));
+          const std::int64_t ldx = k + 5, ldy = n + 3;
+          const auto [wb, wr] = random_bf16(r, n * k);
+          auto x = r.normals(m * ldx);
+          auto xr = x;
+          if (act == activations::bf16)
+            for (auto& v : xr) v = round_bf16(v);
+          for (bool amx : {true, false}) {
+            const bool prev = set_amx_override(amx);
+            std::vector<float> y(m * ldy, NAN);
+            dense::gemm_bf16(x.data(), ldx, m, wb.data(), n, k, y.data(), ldy, act);
+            set_amx_override(prev);
+            INFO("amx=" << amx);
+            check_ref(xr, ldx, m, wr, n, k, y, ldy);
+          }
+        }
+}
+
+TEST_CASE("dense gemm on AMX tiles: a token's result does not depend on the others, NaN and inf propagate", "[dense]") {
+  if (!amx_bf16_available()) {
+    WARN("no AMX on this CPU: the tile path is not exercised");
+    return;
+  }
+  test::rng r(99);
+  const std::int64_t n = 64, k = 96;
+  const auto [wb, wr] = random_bf16(r, n * k);
+  auto x128 = r.normals(128 * k), x96 = r.normals(96 * k);
+  std::copy(x128.begin(), x128.begin() + 32 * k, x96.begin());
+  x128[40 * k + 7] = NAN;      // token 40: every output NaN
+  x128[41 * k + 3] = INFINITY; // token 41: every output non-finite (±inf, or NaN)
+  for (auto act : {activations::fp32, activations::bf16}) {
+    std::vector<float> y128(128 * n), y96(96 * n);
+    dense::gemm_bf16(x128.data(), k, 128, wb.data(), n, k, y128.data(), n, act);
+    dense::gemm_bf16(x96.data(), k, 96, wb.data(), n, k, y96.data(), n, act);
+    for (std::int64_t j = 0; j < n; ++j) {
+      INFO("row " << j);
+      for (std::int64_t t = 0; t < 32; ++t) REQUIRE(y96[t * n + j] == y128[t * n + j]);
+      REQUIRE(std::isnan(y128[40 * n + j]));
+      REQUIRE(!std::isfinite(y128[41 * n + j]));
+      REQUIRE(std::isfinite(y128[42 * n + j]));
+    }
+  }
 }
 
 TEST_CASE("dense gemm rejects bad strides with a message", "[dense]") {

@@ -188,6 +188,9 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
     total += sizes[e];
   }
   auto x = r.normals(total * cols);
+  // Bit for bit on the per-token kernels (AMX off; its tiles sum in another order and have
+  // their own tests below).
+  const bool prev_amx = set_amx_override(false);
   for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
     std::vector<float> y(total * rows, NAN), want(total * rows, NAN);
@@ -196,6 +199,105 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
       gemm_rows(x.data() + s.begin * cols, cols, s.end - s.begin, s.w, 0, rows, want.data() + s.begin * rows, rows);
     INFO("isa=" << to_string(path));
     CHECK(y == want);
+  }
+  set_amx_override(prev_amx);
+}
+
+TEST_CASE("mxfp4 grouped gemm on AMX tiles matches fp64 (fp32 and bf16 activations, token and row tails)", "[mxfp4][gemm]") {
+  if (!amx_bf16_available()) {
+    WARN("no AMX on this CPU: the tile path is not exercised");
+    return;
+  }
+  test::rng r(20261205);
+  for (std::int64_t cols : {32, 96, 544})
+    for (std::int64_t rows : {8, 40, 100}) {
+      std::vector<packed_matrix> experts;
+      for (int e = 0; e < 6; ++e) experts.push_back(test::random_mxfp4(r, rows, cols));
+      // Decode-sized segments (other kernels), tails of the 16-token bands, two and more bands.
+      const std::int64_t sizes[] = {8, 3, 17, 33, 70, 16};
+      std::vector<expert_segment> segs;
+      std::int64_t total = 0;
+      for (int e = 0; e < 6; ++e) {
+        segs.push_back({matrix_view::of(experts[e]), total, total + sizes[e]});
+        total += sizes[e];
+      }
+      const std::int64_t ldx = cols + 4, ldy = rows + 3;
+      auto x = r.normals(total * ldx);
+      for (auto act : {activations::fp32, activations::bf16}) {
+        INFO("cols=" << cols << " rows=" << rows << " act=" << (act == activations::bf16 ? "bf16" : "fp32"));
+        std::vector<float> y(total * ldy, NAN);
+        grouped_gemm(x.data(), ldx, segs, y.data(), ldy, act);
+        auto xr = x;
+        if (act == activations::bf16)
+          for (auto& v : xr) v = round_bf16(v);
+        for (int e = 0; e < 6; ++e) {
+          INFO("expert " << e << " tokens " << sizes[e]);
+          const std::vector<float> xe(xr.begin() + segs[e].begin * ldx, xr.begin() + segs[e].end * ldx);
+          const std::vector<float> ye(y.begin() + segs[e].begin * ldy, y.begin() + segs[e].end * ldy);
+          check_against_ref(xe, ldx, sizes[e], experts[e], ye, ldy);
+          // Columns past the expert's rows stay untouched.
+          for (std::int64_t t = 0; t < sizes[e]; ++t) REQUIRE(std::isnan(ye[t * ldy + rows]));
+        }
+      }
+    }
+}
+
+TEST_CASE("mxfp4 AMX decode is exact for every code and scale it accepts, and refuses the others", "[mxfp4][gemm]") {
+  if (!amx_bf16_available()) {
+    WARN("no AMX on this CPU: the tile path is not exercised");
+    return;
+  }
+  // One-hot tokens read single weights back: y[t, r] = W[r, t] exactly. 32 rows × 64 columns
+  // hold every code in every position class, with scales 2..252 spread over the blocks.
+  const std::int64_t rows = 48, cols = 64;
+  packed_matrix w;
+  w.rows = rows;
+  w.cols = cols;
+  w.packed.resize(rows * cols / 2);
+  w.scales.resize(rows * cols / 32);
+  for (std::size_t i = 0; i < w.packed.size(); ++i) w.packed[i] = static_cast<std::uint8_t>((i * 37 + i / 7) & 0xff);
+  for (std::size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = static_cast<std::uint8_t>(2 + (i * 53) % 251);
+  w.scales[0] = 2;
+  w.scales[1] = 252;
+  const std::int64_t tokens = cols;
+  std::vector<float> x(tokens * cols, 0.0f);
+  for (std::int64_t t = 0; t < tokens; ++t) x[t * cols + t] = 1.0f;
+  std::vector<float> deq(rows * cols);
+  dequantize(w.packed.data(), w.scales.data(), rows, cols, deq.data());
+  REQUIRE(detail::amx_scales_ok(matrix_view::of(w), 0, rows));
+  for (auto act : {activations::fp32, activations::bf16}) {
+    const expert_segment seg{matrix_view::of(w), 0, tokens};
+    std::vector<float> y(tokens * rows, NAN);
+    grouped_gemm(x.data(), cols, std::span<const expert_segment>(&seg, 1), y.data(), rows, act);
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        INFO("row " << r << " column " << t << " scale byte " << int(w.scales[r * 2 + t / 32]));
+        REQUIRE(y[t * rows + r] == deq[r * cols + t]);
+      }
+  }
+  // Scales outside 2..252 (subnormal results, fp32 overflow to inf, the NaN code) send their
+  // rows to the fp32 kernel: the same bits as with AMX off (a weight of inf or NaN makes its
+  // whole row NaN for one-hot tokens, 0 · inf), the other rows still exact.
+  for (std::uint8_t bad : {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{253}, std::uint8_t{255}}) {
+    packed_matrix wb = w;
+    wb.scales[5] = bad; // row 2, block 1
+    REQUIRE(!detail::amx_scales_ok(matrix_view::of(wb), 0, rows));
+    REQUIRE(detail::amx_scales_ok(matrix_view::of(wb), 16, rows));
+    dequantize(wb.packed.data(), wb.scales.data(), rows, cols, deq.data());
+    const expert_segment seg{matrix_view::of(wb), 0, tokens};
+    std::vector<float> y(tokens * rows, NAN), y_off(tokens * rows, NAN);
+    grouped_gemm(x.data(), cols, std::span<const expert_segment>(&seg, 1), y.data(), rows);
+    const bool prev = set_amx_override(false);
+    grouped_gemm(x.data(), cols, std::span<const expert_segment>(&seg, 1), y_off.data(), rows);
+    set_amx_override(prev);
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        INFO("scale " << int(bad) << " row " << r << " column " << t);
+        const float got = y[t * rows + r], off = y_off[t * rows + r];
+        REQUIRE((got == off || (std::isnan(got) && std::isnan(off))));
+        if (r >= 16) REQUIRE(got == deq[r * cols + t]);
+      }
+    if (bad == 255) REQUIRE(std::isnan(y[0 * rows + 2]));
   }
 }
 
