@@ -10,6 +10,7 @@
 #include <chrono>
 #include <vector>
 
+#include "kernels/common/amx_tiles.hpp"
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
 
@@ -56,24 +57,13 @@ __attribute__((target("avx512f,avx512bf16"))) double dot_bf16(long n) {
 
 // AMX: four independent 16 × 16 fp32 accumulator tiles, each += 16 × 32 · 32 × 16 bf16 per
 // TDPBF16PS (16 384 flops). The tile state is configured and released inside the call.
-struct alignas(64) amx_cfg {
-  unsigned char palette = 1, start_row = 0, reserved[14] = {};
-  unsigned short colsb[16] = {};
-  unsigned char rows[16] = {};
-};
-
 __attribute__((target("avx512f,amx-tile,amx-bf16"))) double tdp_bf16(long n) {
-  amx_cfg cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  alignas(64) static const unsigned short ones[16 * 32] = {};
-  _tile_loadconfig(&cfg);
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
+  alignas(64) static const unsigned short operand[16 * 32] = {}; // values do not change the rate
+  amx::configure_16x64();
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

@@ -26,48 +26,13 @@
 
 #include <immintrin.h>
 
+#include "kernels/common/amx_tiles.hpp"
+
 namespace k3::dense::detail {
-namespace {
-
-struct alignas(64) tile_config {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
-} // namespace
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 
 namespace {
-
-// 16 rows of 16 32-bit values → their transpose (r[i] holds row i on entry, column i on exit).
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g + 0], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g + 0], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  // u[4g + j], 128-bit lane L: column 4L + j of rows 4g..4g+3.
-  for (int j = 0; j < 4; ++j) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
-    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88),
-                  w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
-    r[j] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-    r[8 + j] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-    r[4 + j] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-    r[12 + j] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-  }
-}
 
 // Packs rows [r0, r0 + 16) × columns [k0, k0 + 32) of w (zeros past k, rows past rmax) into one
 // B tile: 16 rows of (k pair) × 16 columns × 2 bf16.
@@ -78,7 +43,7 @@ inline void pack_tile(const bf16_t* w, std::int64_t k, std::int64_t r0, std::int
   const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << left) - 1);
   for (int i = 0; i < 16; ++i)
     r[i] = r0 + i < rmax ? _mm512_maskz_loadu_epi16(mask, w + (r0 + i) * k + k0) : _mm512_setzero_si512();
-  transpose16(r);
+  amx::transpose16x16_epi32(r);
   for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + i * 32, r[i]);
 }
 
@@ -134,12 +99,7 @@ void split_bf16_rows(const float* x, std::int64_t ldx, std::int64_t rows, std::i
 
 void gemm_bf16_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std::int64_t m, const bf16_t* w,
                    std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy, bf16_t* wpack) {
-  tile_config cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  _tile_loadconfig(&cfg);
+  amx::configure_16x64();
   const std::int64_t chunks = (k + 31) / 32;
   const std::int64_t row_blocks = (n1 - n0) / 32;
   const std::int64_t token_blocks = m / 32;

@@ -25,16 +25,10 @@
 
 #include <immintrin.h>
 
+#include "kernels/common/amx_tiles.hpp"
+
 namespace k3::mxfp4::detail {
 namespace {
-
-struct alignas(64) tile_config {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
 
 // bf16 bit patterns of the 16 E2M1 codes (sign in bit 3 of the code).
 constexpr std::uint16_t e2m1_bf16[16] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
@@ -55,29 +49,6 @@ bool amx_scales_ok(const matrix_view& w, std::int64_t r0, std::int64_t r1) noexc
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 
 namespace {
-
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g + 0], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g + 0], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
-    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88),
-                  w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
-    r[j] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-    r[8 + j] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-    r[4 + j] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-    r[12 + j] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-  }
-}
 
 // Row r's blocks [0, nb) (16 bytes, 32 columns each) as 32 bf16 per block in column order, one
 // A tile row per block (dst + 512 · b). adds[b]: (e − 127) · 128 in both 16-bit halves.
@@ -104,7 +75,7 @@ void vnni_tiles(bf16_t* tiles, std::int64_t count) {
     bf16_t* t = tiles + i * 512;
     __m512i r[16];
     for (int j = 0; j < 16; ++j) r[j] = _mm512_load_si512(t + 32 * j);
-    transpose16(r);
+    amx::transpose16x16_epi32(r);
     for (int j = 0; j < 16; ++j) _mm512_store_si512(t + 32 * j, r[j]);
   }
 }
@@ -134,12 +105,7 @@ inline void tile_loop(const bf16_t* a0, const bf16_t* a1, const bf16_t* b0, cons
 
 void gemm_rows_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std::int64_t tokens, const matrix_view& w,
                    std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy, bf16_t* scratch, float* acc) {
-  tile_config cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  _tile_loadconfig(&cfg);
+  amx::configure_16x64();
   alignas(64) std::uint16_t tbl[32];
   for (int i = 0; i < 32; ++i) tbl[i] = e2m1_bf16[i % 16];
   const __m512i table = _mm512_load_si512(tbl);
