@@ -33,7 +33,7 @@ int run_dense_bench(const kernel_bench_options& opts) {
               (long long)mats, bytes / (1 << 30), kernel_threads(), std::string(to_string(active_isa())).c_str());
   // Validate M = 3 (GEMV) and M = 100 (prefill: AMX tiles and their tails where present)
   // against fp64 on a few rows.
-  for (const std::int64_t vm : {3, 100}) {
+  for (const std::int64_t vm : {3, 20, 100}) {
     std::vector<float> x(static_cast<std::size_t>(vm * k)), y(static_cast<std::size_t>(vm * n));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.01 * static_cast<double>(i));
     dense::gemm_bf16(x.data(), k, vm, w.data(), n, k, y.data(), n);
@@ -64,8 +64,8 @@ int run_dense_bench(const kernel_bench_options& opts) {
   // Each M with fp32 activations (the default numerics) and bf16 activations (the opt-in
   // --bf16-activations: rounded once, vdpbf16ps where the CPU has AVX512-BF16).
   const bool dot = bf16_dot_available();
-  // Prefill sizes run twice where the CPU has AMX: on tiles (the default there) and with AMX
-  // turned off (the k-blocked sgemm), alternating in the same run.
+  // From M = 2 each size runs twice where the CPU has AMX: on tiles (the default there) and
+  // with AMX turned off (the GEMV / batch kernels, the k-blocked sgemm), in the same run.
   const bool amx = amx_bf16_available();
   struct bench_case {
     int m;
@@ -73,9 +73,9 @@ int run_dense_bench(const kernel_bench_options& opts) {
     bool amx;
   };
   std::vector<bench_case> cases;
-  for (int m : {1, 4, 16, 64, 128, 512})
+  for (int m : {1, 4, 8, 16, 32, 64, 128, 512})
     for (auto act : {activations::fp32, activations::bf16}) {
-      if (m > 64 && amx) cases.push_back({m, act, true});
+      if (m > 1 && amx) cases.push_back({m, act, true});
       if (m != 128 || amx) cases.push_back({m, act, false});
     }
   for (const bench_case& bc : cases) {
@@ -95,8 +95,8 @@ int run_dense_bench(const kernel_bench_options& opts) {
       const double gf = 2.0 * m * n * k * mats / tk / 1e9;
       set_amx_override(prev_amx);
       const bool b = act == activations::bf16;
-      const std::string name = m <= 64 ? (b ? (dot ? "GEMV bf16-act dot" : "GEMV bf16-act") : "GEMV fp32-act")
-                               : bc.amx ? (b ? "AMX bf16-act" : "AMX fp32-act x3")
+      const std::string name = bc.amx ? (b ? "AMX bf16-act" : "AMX fp32-act x3")
+                               : m <= 64 ? (b ? (dot ? "GEMV bf16-act dot" : "GEMV bf16-act") : "GEMV fp32-act")
                                         : (b ? "sgemm bf16-act" : "sgemm fp32-act");
       // bf16 peak: the AMX tile rate for the AMX rows (x3 counts the useful flops, a third of
       // the tile work), vdpbf16ps otherwise.

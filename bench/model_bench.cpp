@@ -137,7 +137,31 @@ int run_model_benchmark(const model_bench_options& o) {
     (void)m->step(es);
     for (auto& x : btok) x = static_cast<std::int32_t>((x * 31 + 7) % (c.vocab - 256));
   };
+  // The batch's floor: the bytes one step reads — the weights every token reads, plus each
+  // routed expert once however many of the 16 tokens chose it (counted from this step's
+  // routing), plus 16 sequences' state — at the streaming rate measured above.
+  const auto before = m->expert_tokens();
   batched();
+  const auto& after = m->expert_tokens();
+  std::int64_t expert_bytes = 0, per_token_expert_bytes = 0, distinct = 0;
+  {
+    std::size_t slot = 0;
+    for (const auto& L : m->weights().layers) {
+      if (!L.moe || L.moe_w.experts.empty()) continue;
+      const auto& e0 = L.moe_w.experts[0];
+      const std::int64_t eb = e0.w1.bytes() + e0.w3.bytes() + e0.w2.bytes();
+      std::int64_t used = 0;
+      for (std::size_t e = 0; e < after[slot].size(); ++e) used += after[slot][e] > before[slot][e] ? 1 : 0;
+      expert_bytes += used * eb;
+      per_token_expert_bytes += c.top_k * eb;
+      distinct += used;
+      ++slot;
+    }
+  }
+  const std::int64_t batch_bytes = weights - per_token_expert_bytes + expert_bytes +
+                                   batch * (2 * model::sequence_state::fixed_bytes(c) +
+                                            18 * model::sequence_state::bytes_per_token(c));
+  const double batch_floor_s = static_cast<double>(batch_bytes) / bw;
   const double t_b = time_best(batched, o.seconds / 3);
   table t({{"measure", 34}, {"value", 14}});
   t.row({"active weight bytes/token (MB)", fmt(weights / 1e6, 1)});
@@ -149,6 +173,10 @@ int run_model_benchmark(const model_bench_options& o) {
   t.row({"decode step (us)", fmt(t_dec * 1e6, 0)});
   t.row({"parallel regions / step", std::to_string(regions_per_step)});
   t.row({"decode batch 16 (tok/s)", fmt(batch / t_b, 2)});
+  t.row({"batch 16: experts read / step", std::to_string(distinct)});
+  t.row({"batch 16: bytes / step (MB)", fmt(batch_bytes / 1e6, 1)});
+  t.row({"floor batch 16 (tok/s)", fmt(batch / batch_floor_s, 2)});
+  t.row({"batch 16 / floor", fmt(batch_floor_s / t_b, 3)});
   return 0;
 }
 

@@ -28,6 +28,31 @@ __attribute__((target("amx-tile"))) inline void configure_16x64() {
   _tile_loadconfig(&cfg);
 }
 
+/// Tile instructions with the tile numbers as template arguments. GCC's _tile_* intrinsics
+/// paste their tile arguments into the assembly text, so they only take literal numbers; these
+/// take constant expressions (for kernels unrolled over tile blocks). Same operations:
+/// tload<T>(p, stride) = _tile_loadd, tstore = _tile_stored, tzero = _tile_zero,
+/// tdp_bf16<C, A, B>() = _tile_dpbf16ps(C, A, B): C += A · B.
+template <int T>
+inline void tload(const void* p, std::int64_t stride) {
+  __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm%c2|tileloadd\t%%tmm%c2, [%0+%1*1]}" ::"r"(p), "r"(stride), "i"(T)
+                   : "memory");
+}
+template <int T>
+inline void tstore(void* p, std::int64_t stride) {
+  __asm__ volatile("{tilestored\t%%tmm%c2, (%0,%1,1)|tilestored\t[%0+%1*1], %%tmm%c2}" ::"r"(p), "r"(stride), "i"(T)
+                   : "memory");
+}
+template <int T>
+inline void tzero() {
+  __asm__ volatile("tilezero\t%%tmm%c0" ::"i"(T));
+}
+template <int C, int A, int B>
+inline void tdp_bf16() {
+  __asm__ volatile("{tdpbf16ps\t%%tmm%c0, %%tmm%c1, %%tmm%c2|tdpbf16ps\t%%tmm%c2, %%tmm%c1, %%tmm%c0}" ::"i"(B), "i"(A),
+                   "i"(C));
+}
+
 /// 16 rows of 16 32-bit values → their transpose (r[i] holds row i on entry, column i on exit).
 __attribute__((target("avx512f"))) inline void transpose16x16_epi32(__m512i r[16]) {
   __m512i t[16], u[16];

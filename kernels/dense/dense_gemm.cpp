@@ -23,6 +23,11 @@ constexpr std::int64_t gemv_max_m = 64;
 // (2 threads: 136 → 145, 140 → 167); AVX2 Zen 3, 2 threads: m = 16 76–110 → 103–133, m = 64
 // 89–109 → 126–135.
 constexpr std::int64_t bcast_min_m = 7;
+// From this many tokens batches run on AMX tiles where the CPU has them (gemm_amx_batch).
+// 6144 × 7168, one thread, GB/s of W, GEMV/batch kernel → AMX: fp32 activations m = 4 12.5 →
+// 11.4–12.1, m = 16 5.5 → 11.6–12.2, m = 32 3.6 → 7.8–8.9, m = 64 1.8 → 4.0–4.5; bf16 (vdpbf16ps
+// GEMV) m = 4 15.3 → 12.5, m = 16 5.0 → 12.3–13.2, m = 64 1.4 → 11.3–12.5.
+constexpr std::int64_t amx_batch_min_m = 6;
 // Tokens per AMX pass (bounds the activation split buffer; see gemm_amx).
 constexpr std::int64_t amx_max_tokens = 512;
 
@@ -85,6 +90,32 @@ void gemm_amx(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w,
   if (mm < m) gemm_bf16(x + mm * ldx, ldx, m - mm, w, n, k, y + mm * ldy, ldy, a);
 }
 
+// Batched decode on AMX (gemm_bf16_amx_batch.cpp): W read in place as A tiles, the m ≤ 64
+// activations split as for prefill and turned into B tiles once, here on the calling thread
+// (m·k values, small next to W). Rows in multiples of 16 run on tiles, spread evenly over the
+// pool threads; leftover rows (n % 16) take the other paths.
+void gemm_amx_batch(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
+                    float* y, std::int64_t ldy, activations a) {
+  const int splits = a == activations::bf16 ? 1 : 3;
+  const std::int64_t groups = (m + 15) / 16, chunks = (k + 31) / 32, nn = n / 16 * 16;
+  const std::int64_t split_stride = groups * chunks * 512;
+  thread_local std::vector<bf16_t> xbuf;
+  xbuf.resize(static_cast<std::size_t>(splits * split_stride + 32));
+  bf16_t* xs = xbuf.data() + ((64 - reinterpret_cast<std::uintptr_t>(xbuf.data()) % 64) % 64) / sizeof(bf16_t);
+  detail::split_bf16_rows(x, ldx, m, k, splits, xs, split_stride);
+  detail::vnni_tiles(xs, splits * split_stride / 512);
+  const std::int64_t tiles = nn / 16;
+  if (m * nn * k < min_parallel_work) {
+    detail::gemm_bf16_amx_batch(xs, splits, split_stride, m, w, k, 0, nn, y, ldy);
+  } else {
+    parallel_threads([&](int ti, int nt) {
+      const std::int64_t t0 = tiles * ti / nt, t1 = tiles * (ti + 1) / nt;
+      detail::gemm_bf16_amx_batch(xs, splits, split_stride, m, w, k, 16 * t0, 16 * t1, y, ldy);
+    });
+  }
+  if (nn < n) gemm_bf16(x, ldx, m, w + nn * k, n - nn, k, y + nn, ldy, a);
+}
+
 } // namespace
 
 void gemv_bf16_rows(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
@@ -108,6 +139,10 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   // Small GEMVs run on the calling thread (see min_parallel_work).
   const std::int64_t gemv_items = m * n * k < min_parallel_work ? 1 : (n + t4 - 1) / t4;
   const std::int64_t span = gemv_items == 1 ? n : t4;
+  if (gemv && m >= amx_batch_min_m && n >= 16 && k > 0 && amx_bf16_available()) {
+    gemm_amx_batch(x, ldx, m, w, n, k, y, ldy, a);
+    return;
+  }
   if (!gemv && amx_bf16_available() && n >= 32) {
     gemm_amx(x, ldx, m, w, n, k, y, ldy, a);
     return;

@@ -68,6 +68,16 @@ void split_bf16_rows(const float* x, std::int64_t ldx, std::int64_t rows, std::i
 constexpr std::int64_t amx_kblock = 32; ///< most 32-column chunks per k-block
 void gemm_bf16_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std::int64_t m, const bf16_t* w,
                    std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy, bf16_t* wpack);
+/// Batched decode on AMX (gemm_bf16_amx_batch.cpp): y[t, r] = Σ_s Σ_k xb_s[t, k] · w[r, k] for
+/// t < m ≤ 64 and rows [n0, n1), n1 − n0 a multiple of 16, any k ≥ 1; w is read in place. xb:
+/// split_bf16_rows' output for m rows (⌈m/16⌉ bands) after vnni_tiles on all its tiles
+/// (ceil(m/16) · ceil(k/32) per split). Serial; each (t, r) sum in gemm_bf16_amx's order, so a
+/// token's result does not depend on m.
+/// Rewrites `count` contiguous 16 × 32 bf16 tiles (64-byte aligned) in place into AMX's B
+/// layout: row p holds column pair (2p, 2p + 1) of all 16 rows. AVX-512.
+void vnni_tiles(bf16_t* tiles, std::int64_t count);
+void gemm_bf16_amx_batch(const bf16_t* xb, int splits, std::int64_t split_stride, std::int64_t m, const bf16_t* w,
+                         std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 /// The AVX2 form: tg ≤ 8 · vectors tokens, xt [k][8 · vectors] 32-byte aligned, same contract.
 void gemm_bf16_tile_avx2(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
                          std::int64_t r1, float* y, std::int64_t ldy, float* wt);

@@ -97,6 +97,15 @@ void split_bf16_rows(const float* x, std::int64_t ldx, std::int64_t rows, std::i
     }
 }
 
+void vnni_tiles(bf16_t* tiles, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i, tiles += 512) {
+    __m512i r[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_load_si512(tiles + 32 * j);
+    amx::transpose16x16_epi32(r);
+    for (int j = 0; j < 16; ++j) _mm512_store_si512(tiles + 32 * j, r[j]);
+  }
+}
+
 void gemm_bf16_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std::int64_t m, const bf16_t* w,
                    std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy, bf16_t* wpack) {
   amx::configure_16x64();

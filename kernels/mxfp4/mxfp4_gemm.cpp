@@ -239,7 +239,7 @@ void grouped_amx(const float* x, std::int64_t ldx, std::int64_t x_rows, std::spa
       const std::int64_t n = s.end - s.begin, stride = (n + 15) / 16 * 16 * nb * 32;
       bf16_t* dst = xs + offset[amx_segs[static_cast<std::size_t>(j)]];
       dense::detail::split_bf16_rows(x + s.begin * ldx, ldx, n, cols, splits, dst, stride);
-      detail::vnni_tiles(dst, splits * stride / 512);
+      dense::detail::vnni_tiles(dst, splits * stride / 512);
     });
     // Items: (segment, row range); AMX segments in multiples of 32 rows.
     std::vector<item> items;

@@ -70,16 +70,13 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
 namespace detail {
 /// AMX (amx_bf16_available()): y[t, r] for t < tokens, rows [r0, r1), from the tokens' bf16
 /// activation tiles xs (dense::detail::split_bf16_rows over the segment's rows, `splits` copies
-/// split_stride apart, summed; then vnni_tiles over all of them). REQUIRES amx_scales_ok(w, r0,
+/// split_stride apart, summed; then dense::detail::vnni_tiles over all of them). REQUIRES amx_scales_ok(w, r0,
 /// r1). Scratch, 64-byte aligned: `scratch` 32 · 32 · amx_kblocks bf16 (decoded weights of one
 /// k-block), `acc` ceil(tokens / 32) · 1024 floats (accumulators between k-blocks). Serial; each
 /// (t, r) sums its blocks in column order, all splits per block.
 constexpr std::int64_t amx_kblocks = 16;
 void gemm_rows_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std::int64_t tokens, const matrix_view& w,
                    std::int64_t r0, std::int64_t r1, float* y, std::int64_t ldy, bf16_t* scratch, float* acc);
-/// Rewrites `count` contiguous 16 × 32 bf16 tiles (64-byte aligned) in place into AMX's B
-/// layout: row p holds column pair (2p, 2p + 1) of all 16 rows.
-void vnni_tiles(bf16_t* tiles, std::int64_t count);
 /// Scale exponents the AMX decode keeps exact (scaled E2M1 values stay normal bf16).
 constexpr std::uint8_t amx_min_scale = 2, amx_max_scale = 252;
 [[nodiscard]] bool amx_scales_ok(const matrix_view& w, std::int64_t r0, std::int64_t r1) noexcept;

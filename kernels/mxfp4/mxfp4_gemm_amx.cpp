@@ -70,16 +70,6 @@ inline void decode_row(const std::uint8_t* packed, const std::int32_t* adds, std
 
 } // namespace
 
-void vnni_tiles(bf16_t* tiles, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    bf16_t* t = tiles + i * 512;
-    __m512i r[16];
-    for (int j = 0; j < 16; ++j) r[j] = _mm512_load_si512(t + 32 * j);
-    amx::transpose16x16_epi32(r);
-    for (int j = 0; j < 16; ++j) _mm512_store_si512(t + 32 * j, r[j]);
-  }
-}
-
 namespace {
 
 // Accumulates 16 weight rows (one or two row tiles) × 16 tokens (one or two bands) over blocks

@@ -107,7 +107,15 @@ TEST_CASE("dense gemm: in a batch, a token's result does not depend on the other
 TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rounded activations", "[dense]") {
   // bf16 activations: x rounded to bf16 once, fp32 sums. Shapes cover the vdpbf16ps GEMV
   // (k tails under 32, row tails under 4, token groups of 1–4), the rounded-fp32 GEMV on the
-  // other paths, and the sgemm route with several k blocks and uneven panels.
+  // other paths, and the sgemm route with several k blocks and uneven panels. AMX is off here
+  // (its batch and prefill tiles have their own tests): the GEMV's bit-identity of a token
+  // alone and batched is what this checks; on AMX a batch of 6–64 tokens takes the tiles, where
+  // a token's bits do not depend on the others either, but differ from its GEMV alone.
+  const bool prev_amx = set_amx_override(false);
+  struct restore {
+    bool v;
+    ~restore() { set_amx_override(v); }
+  } restore_amx{prev_amx};
   test::rng r(20261203);
   if (!bf16_dot_available()) WARN("no AVX512-BF16 on this CPU: the vdpbf16ps GEMV is not exercised");
   for (isa path : test::isa_paths()) {
@@ -255,6 +263,60 @@ TEST_CASE("dense gemm on AMX tiles: a token's result does not depend on the othe
       REQUIRE(std::isnan(y128[40 * n + j]));
       REQUIRE(!std::isfinite(y128[41 * n + j]));
       REQUIRE(std::isfinite(y128[42 * n + j]));
+    }
+  }
+}
+
+TEST_CASE("dense gemm on AMX tiles (batched decode, weights in place) matches fp64; tokens independent", "[dense]") {
+  if (!amx_bf16_available()) {
+    WARN("no AMX on this CPU: the tile path is not exercised");
+    return;
+  }
+  // 6–64 tokens: W read in place as A tiles. Shapes cover one to four token groups and partial
+  // ones, row groups of 3, 2 and 1 tiles with a row tail (n % 16, other paths), k tails (partial
+  // last chunk, zero-padded copy) and k-blocks (4200 columns = 132 chunks, past the 128-chunk
+  // blocks of 49–64 tokens with fp32 activations); AMX off against the same bound.
+  test::rng r(20261206);
+  for (std::int64_t m : {6, 16, 17, 40, 64})
+    for (std::int64_t n : {16, 50, 112})
+      for (std::int64_t k : {1, 33, 4200})
+        for (auto act : {activations::fp32, activations::bf16}) {
+          if (k == 4200 && m < 49 && n != 16) continue; // one k-block: covered by k = 33
+          INFO("m=" << m << " n=" << n << " k=" << k << " act=" << (act == activations::bf16 ? "bf16" : "fp32"));
+          const std::int64_t ldx = k + 3, ldy = n + 5;
+          const auto [wb, wr] = random_bf16(r, n * k);
+          auto x = r.normals(m * ldx);
+          auto xr = x;
+          if (act == activations::bf16)
+            for (auto& v : xr) v = round_bf16(v);
+          for (bool amx : {true, false}) {
+            const bool prev = set_amx_override(amx);
+            std::vector<float> y(m * ldy, NAN);
+            dense::gemm_bf16(x.data(), ldx, m, wb.data(), n, k, y.data(), ldy, act);
+            set_amx_override(prev);
+            INFO("amx=" << amx);
+            check_ref(xr, ldx, m, wr, n, k, y, ldy);
+          }
+        }
+  // Tokens 0..15 shared by calls of 17 and 40 tokens (two and three token groups): the same
+  // bits; a NaN and an inf in other tokens stay theirs.
+  const std::int64_t n = 48, k = 100;
+  const auto [wb, wr] = random_bf16(r, n * k);
+  auto x40 = r.normals(40 * k), x17 = r.normals(17 * k);
+  std::copy(x40.begin(), x40.begin() + 16 * k, x17.begin());
+  x40[20 * k + 9] = NAN;
+  x40[33 * k + 99] = INFINITY;
+  for (auto act : {activations::fp32, activations::bf16}) {
+    std::vector<float> y40(40 * n), y17(17 * n);
+    dense::gemm_bf16(x40.data(), k, 40, wb.data(), n, k, y40.data(), n, act);
+    dense::gemm_bf16(x17.data(), k, 17, wb.data(), n, k, y17.data(), n, act);
+    for (std::int64_t j = 0; j < n; ++j) {
+      INFO("row " << j);
+      for (std::int64_t t = 0; t < 16; ++t) REQUIRE(y17[t * n + j] == y40[t * n + j]);
+      REQUIRE(std::isnan(y40[20 * n + j]));
+      REQUIRE(!std::isfinite(y40[33 * n + j]));
+      REQUIRE(std::isfinite(y40[21 * n + j]));
+      REQUIRE(std::isfinite(y40[39 * n + j]));
     }
   }
 }
