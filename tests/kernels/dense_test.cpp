@@ -267,7 +267,7 @@ TEST_CASE("dense gemm on AMX tiles: a token's result does not depend on the othe
   }
 }
 
-TEST_CASE("dense gemm on AMX tiles (batched decode, weights in place) matches fp64; tokens independent", "[dense]") {
+TEST_CASE("dense gemm on AMX tiles (batched decode, weights in place) matches fp64, tokens independent", "[dense]") {
   if (!amx_bf16_available()) {
     WARN("no AMX on this CPU: the tile path is not exercised");
     return;
