@@ -1,7 +1,8 @@
 // MLA attention over the paged bf16 latent cache at K3's per-head sizes (nope 128, rope 64,
 // latent 512, v 128), same inputs, timed in turn in one run: the row-wise kernel, the tiled
 // kernel's generic path (4 × 4 score blocks, what non-AVX-512 CPUs run) and, where AVX-512 is
-// active, its queries-in-the-lanes path (what mla::attention runs there).
+// active, its queries-in-the-lanes path (what mla::attention runs there); then a batched decode
+// step of 16 sequences, one call per sequence against mla::attention_decode.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -70,6 +71,45 @@ int run_mla_bench(const kernel_bench_options& opts) {
            fmt(diff / scale, 7)});
   }
   if (rc) std::printf("validation FAILED: tiled MLA differs from the row-wise kernel\n");
+
+  // A batched decode step: 16 sequences, one token each, each with its own cache; one call per
+  // sequence (what a step did before) against one attention_decode call, same bits required.
+  constexpr int S = 16;
+  std::printf("\nMLA batched decode, %d sequences with their own caches, K3 head sizes, %d heads, %d threads\n", S, d.heads,
+              kernel_threads());
+  table tb({{"context", 9}, {"alone tok/s", 12}, {"batched tok/s", 14}, {"batched / alone", 16}, {"same bits", 10}});
+  for (const std::int64_t len : {std::int64_t{256}, opts.quick ? std::int64_t{1024} : std::int64_t{4096}}) {
+    std::vector<std::vector<std::vector<bf16_t>>> seq_storage(S);
+    std::vector<std::vector<bf16_t*>> seq_blocks(S);
+    std::vector<mla::cache_view> views;
+    std::vector<std::int64_t> pos(S, len - 1);
+    for (int i = 0; i < S; ++i) {
+      for (std::int64_t b = 0; b < (len + B - 1) / B; ++b) seq_storage[i].emplace_back(static_cast<std::size_t>(B) * W);
+      for (auto& blk : seq_storage[i]) seq_blocks[i].push_back(blk.data());
+      views.push_back({seq_blocks[i].data(), B});
+      const auto c = normals(len * d.latent, 1.0f), r = normals(len * d.rope, 1.0f);
+      mla::cache_write(views.back(), d, 0, len, c.data(), d.latent, r.data(), d.rope);
+    }
+    const auto qn = normals(S * d.heads * d.nope, 1.0f), qr = normals(S * d.heads * d.rope, 1.0f);
+    const auto gate = normals(static_cast<std::size_t>(S) * d.heads * d.v, 1.0f);
+    const std::int64_t n = d.heads * d.v;
+    std::vector<float> alone(S * n), batched(S * n);
+    auto run_alone = [&] {
+      for (int i = 0; i < S; ++i)
+        mla::attention(qn.data() + i * d.heads * d.nope, qr.data() + i * d.heads * d.rope, kvb.data(), views[i], d, len - 1, 1,
+                       gate.data() + i * n, alone.data() + i * n);
+    };
+    auto run_batched = [&] {
+      mla::attention_decode(qn.data(), qr.data(), kvb.data(), views.data(), pos.data(), S, d, gate.data(), batched.data());
+    };
+    run_alone();
+    run_batched();
+    const bool same = alone == batched;
+    if (!same) rc = 1;
+    const auto tm = time_alternating({run_alone, run_batched}, 3 * opts.min_seconds);
+    tb.row({std::to_string(len), fmt(S / tm[0], 0), fmt(S / tm[1], 0), fmt(tm[0] / tm[1]), same ? "yes" : "NO"});
+  }
+  if (rc) std::printf("validation FAILED\n");
   return rc;
 }
 

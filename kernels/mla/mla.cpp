@@ -400,6 +400,20 @@ void attention(const float* q_nope, const float* q_rot, const float* kv_b, const
   });
 }
 
+void attention_decode(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view* caches,
+                      const std::int64_t* pos, std::int64_t N, const dims& d, const float* gate, float* out) {
+  bool lanes = active_isa() == isa::avx512 && N >= kernel_threads();
+  for (std::int64_t i = 0; i < N && lanes; ++i) lanes = pos[i] < INT32_MAX;
+  if (lanes) {
+    detail::attention_decode_lanes(q_nope, q_rot, kv_b, caches, pos, N, d, gate, out);
+    return;
+  }
+  const std::int64_t H = d.heads;
+  for (std::int64_t i = 0; i < N; ++i)
+    attention(q_nope + i * H * d.nope, q_rot + i * H * d.rope, kv_b, caches[i], d, pos[i], 1,
+              gate ? gate + i * H * d.v : nullptr, out + i * H * d.v);
+}
+
 void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std::int64_t T, const float* ckv,
                  std::int64_t ld_c, const float* krot, std::int64_t ld_r) {
   const int w = d.row_width();

@@ -67,6 +67,14 @@ void cache_write(const cache_view& cache, const dims& d, std::int64_t pos0, std:
 ///   relative), not bit for bit.
 void attention(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
                std::int64_t pos0, std::int64_t T, const float* gate, float* out);
+/// One decode token for each of N sequences (a batched decode step): token i (row i of q_nope
+/// [N, H, nope], q_rot, gate and out) sits at position pos[i] of its own cache caches[i], which
+/// already holds rows [0, pos[i]]. Each token's output has the bits of
+/// attention(..., caches[i], d, pos[i], 1, ...) alone, while W_UK / W_UV are read once per 4
+/// tokens and the step takes one fork/join instead of a few per sequence. With fewer sequences
+/// than threads each runs alone (a long cache is then split over the threads).
+void attention_decode(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view* caches,
+                      const std::int64_t* pos, std::int64_t N, const dims& d, const float* gate, float* out);
 /// The previous kernel (one cache row at a time per token and head): the comparison point of
 /// `k3 bench kernels` and a second implementation for the tests.
 void attention_rowwise(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,

@@ -32,16 +32,21 @@ struct lanes_unit {
 
   void prepare(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t pos0) {
     const int W = d.row_width();
+    thread_local std::vector<float> rows; // [Q][W], row i = token i / HG, head i % HG
+    rows.resize(static_cast<std::size_t>(tg) * HG * W);
+    for (int hi = 0; hi < HG; ++hi)
+      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
+                     static_cast<std::int64_t>(HG) * W);
+    load(rows.data(), W, pos0);
+  }
+  // From absorbed rows already made ([tg·HG][W], row i = token i / HG, head i % HG): transposed
+  // into the lanes, each token seeing up to its position pos0 + t0 + (its index).
+  void load(const float* rows, int W, std::int64_t pos0) {
     Q = tg * HG;
     QP = (Q + 15) / 16 * 16;
     last = pos0 + t0 + tg - 1;
     buf.assign(static_cast<std::size_t>(W) * QP + 16, 0.0f);
     qT = buf.data() + (16 - (reinterpret_cast<std::uintptr_t>(buf.data()) / 4) % 16) % 16;
-    thread_local std::vector<float> rows; // [Q][W], row i = token i / HG, head i % HG
-    rows.resize(static_cast<std::size_t>(Q) * W);
-    for (int hi = 0; hi < HG; ++hi)
-      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
-                     static_cast<std::int64_t>(HG) * W);
     for (int i = 0; i < Q; ++i)
       for (int w = 0; w < W; ++w) qT[static_cast<std::size_t>(w) * QP + i] = rows[static_cast<std::size_t>(i) * W + w];
     see.resize(static_cast<std::size_t>(QP));
@@ -201,6 +206,61 @@ void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b,
       }
     });
   }
+}
+
+void attention_decode_lanes(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view* caches,
+                            const std::int64_t* pos, std::int64_t N, const dims& d, const float* gate, float* out) {
+  const int H = d.heads, L = d.latent, W = d.row_width();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.nope + d.rope));
+  const int threads = kernel_threads();
+  // Items: up to 4 sequences × a head group. The 4 tokens share each head's W_UK and W_UV
+  // reads (absorb_queries / project_out take 4 tokens at a time); each sequence then walks its
+  // own cache with its heads in the lanes. Heads split only while there are too few items.
+  constexpr int G = 4;
+  const std::int64_t groups = (N + G - 1) / G;
+  int hsplit = 1;
+  while (groups * hsplit < 2 * threads && hsplit < H) {
+    ++hsplit;
+    while (H % hsplit != 0) ++hsplit; // units must cover the heads exactly
+  }
+  const int HG = H / hsplit;
+  std::int64_t work = 0;
+  for (std::int64_t i = 0; i < N; ++i) work += H * (pos[i] + 1) * (L + d.rope) + 2 * H * (d.nope + d.v) * L;
+  parallel_for_work(groups * hsplit, work, [&](std::int64_t item) {
+    const std::int64_t t0 = item / hsplit * G;
+    const int h0 = static_cast<int>(item % hsplit) * HG;
+    const int tg = static_cast<int>(std::min<std::int64_t>(G, N - t0));
+    thread_local std::vector<float> rows;
+    thread_local lanes_unit u;
+    thread_local span_state totals[G], part;
+    rows.resize(static_cast<std::size_t>(tg) * HG * W);
+    for (int hi = 0; hi < HG; ++hi) // row x·HG + hi: token t0 + x, head h0 + hi
+      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
+                     static_cast<std::int64_t>(HG) * W);
+    for (int x = 0; x < tg; ++x) {
+      u.t0 = 0;
+      u.tg = 1;
+      u.h0 = h0;
+      u.HG = HG;
+      u.load(rows.data() + static_cast<std::size_t>(x) * HG * W, W, pos[t0 + x]);
+      const cache_view& cache = caches[t0 + x];
+      span_state& total = totals[x];
+      run_span(u, 0, cache, d, scale, total);
+      for (std::int64_t s = 1; s < u.spans(); ++s) {
+        run_span(u, s, cache, d, scale, part);
+        for (int i = 0; i < u.Q; ++i) fold_query(total, part, i, L);
+      }
+    }
+    for (int hi = 0; hi < HG; ++hi) {
+      const float* acc[G];
+      float sum[G];
+      for (int x = 0; x < tg; ++x) {
+        acc[x] = totals[x].acc.data() + static_cast<std::size_t>(hi) * L;
+        sum[x] = totals[x].sum[static_cast<std::size_t>(hi)];
+      }
+      project_out(kv_b, d, acc, sum, t0, tg, h0 + hi, gate, out);
+    }
+  });
 }
 
 } // namespace k3::mla::detail

@@ -45,4 +45,8 @@ const float* load_tile(const cache_view& cache, int W, std::int64_t p0, int nk, 
 void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
                      std::int64_t pos0, std::int64_t T, const float* gate, float* out);
 
+/// mla::attention_decode on AVX-512; requires every pos[i] < INT32_MAX.
+void attention_decode_lanes(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view* caches,
+                            const std::int64_t* pos, std::int64_t N, const dims& d, const float* gate, float* out);
+
 } // namespace k3::mla::detail

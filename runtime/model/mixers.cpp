@@ -1,5 +1,6 @@
 // KDA and MLA mixers over a mixed prefill/decode batch (spec §5.1, §10).
 #include <algorithm>
+#include <vector>
 
 #include "kernels/kda/kda.hpp"
 #include "kernels/mla/mla.hpp"
@@ -110,14 +111,32 @@ void mla_forward(const model_config& c, const mla_weights& w, int slot, const ba
   }
   float* att = ws.get(workspace::att, n * H * V);
   const mla::dims d{static_cast<int>(H), c.qk_nope, c.qk_rope, c.kv_lora_rank, c.v_head_dim};
-  for (std::size_t e = 0; e < b.entries(); ++e) {
-    sequence_state& s = *b.seq[e];
-    const std::int64_t r = b.off[e], T = b.len[e], pos0 = b.pos0[e];
-    s.reserve(pos0 + T);
-    const mla::cache_view view{s.mla_blocks[static_cast<std::size_t>(slot)].data(), s.block_size, s.fp32_cache};
-    mla::cache_write(view, d, pos0, T, ckv + r * W, W, ckv + r * W + L, W);
-    mla::attention(qn + r * H * c.qk_nope, qr + r * H * c.qk_rope, w.kv_b.data(), view, d, pos0, T,
-                   gate ? gate + r * H * V : nullptr, att + r * H * V);
+  // Prefill chunks one by one; a run of consecutive decode entries (one token each) as one
+  // batched call, which reads W_UK / W_UV once per 4 sequences and forks once.
+  std::vector<mla::cache_view> views;
+  std::vector<std::int64_t> positions;
+  for (std::size_t e = 0; e < b.entries();) {
+    const std::int64_t r = b.off[e];
+    std::size_t j = e;
+    views.clear();
+    positions.clear();
+    do {
+      sequence_state& s = *b.seq[j];
+      const std::int64_t T = b.len[j], pos0 = b.pos0[j];
+      s.reserve(pos0 + T);
+      views.push_back({s.mla_blocks[static_cast<std::size_t>(slot)].data(), s.block_size, s.fp32_cache});
+      positions.push_back(pos0);
+      mla::cache_write(views.back(), d, pos0, T, ckv + b.off[j] * W, W, ckv + b.off[j] * W + L, W);
+      ++j;
+    } while (b.len[e] == 1 && j < b.entries() && b.len[j] == 1);
+    if (b.len[e] == 1)
+      mla::attention_decode(qn + r * H * c.qk_nope, qr + r * H * c.qk_rope, w.kv_b.data(), views.data(),
+                            positions.data(), static_cast<std::int64_t>(views.size()), d, gate ? gate + r * H * V : nullptr,
+                            att + r * H * V);
+    else
+      mla::attention(qn + r * H * c.qk_nope, qr + r * H * c.qk_rope, w.kv_b.data(), views[0], d, positions[0], b.len[e],
+                     gate ? gate + r * H * V : nullptr, att + r * H * V);
+    e = j;
   }
   w.o.matmul(att, H * V, n, out, Hd);
 }

@@ -298,6 +298,63 @@ TEST_CASE("mla: past 1024 positions the spans fold in order: prefill, chunks and
   }
 }
 
+TEST_CASE("mla: a batched decode step gives each sequence the bits of its decode alone", "[mla]") {
+  // Sequences at positions inside one tile, at tile and span edges and past several spans, each
+  // with its own paged cache; 1 to 13 sequences (fewer than the threads, one 4-token group, a
+  // ragged last group), heads that split evenly or not, bf16 and fp32 caches, with and without
+  // the output gate, at 1–4 threads.
+  test::rng r(67);
+  const int threads = omp_get_max_threads();
+  const std::vector<std::int64_t> all_pos{0, 1, 63, 64, 1023, 1024, 2100, 5, 700, 3071, 130, 9, 2};
+  for (const mla::dims d : {mla::dims{3, 8, 4, 24, 6}, mla::dims{5, 16, 8, 32, 16}})
+    for (const bool fp32 : {false, true})
+      for (const std::int64_t N : {1, 2, 5, 13}) {
+        std::vector<paged_cache> caches;
+        std::vector<mla::cache_view> views;
+        std::vector<std::int64_t> pos(all_pos.begin(), all_pos.begin() + N);
+        for (std::int64_t i = 0; i < N; ++i) {
+          const std::int64_t P = pos[static_cast<std::size_t>(i)] + 1;
+          caches.emplace_back(P, 64, d.row_width(), fp32);
+          auto ckv = r.normals(P * d.latent), kr = r.normals(P * d.rope);
+          mla::cache_write(caches.back().view, d, 0, P, ckv.data(), d.latent, kr.data(), d.rope);
+        }
+        for (auto& c : caches) views.push_back(c.view);
+        const std::int64_t n = d.heads * d.v;
+        auto qn = r.normals(N * d.heads * d.nope), qr = r.normals(N * d.heads * d.rope);
+        auto kvb = r.normals(d.heads * (d.nope + d.v) * d.latent, 0.3f);
+        auto gate = r.normals(N * n);
+        for (const bool gated : {false, true})
+          for (const isa path : test::isa_paths()) {
+            scoped_isa pin(path);
+            for (int nt = 1; nt <= 4; ++nt) {
+              omp_set_num_threads(nt);
+              INFO("heads " << d.heads << " fp32 " << fp32 << " N " << N << " gated " << gated << " isa "
+                            << to_string(path) << " threads " << nt);
+              std::vector<float> batched(N * n, -7.0f), alone(N * n, -9.0f), rowwise(N * n);
+              mla::attention_decode(qn.data(), qr.data(), kvb.data(), views.data(), pos.data(), N, d,
+                                    gated ? gate.data() : nullptr, batched.data());
+              for (std::int64_t i = 0; i < N; ++i) {
+                const auto p = pos[static_cast<std::size_t>(i)];
+                const float* g = gated ? gate.data() + i * n : nullptr;
+                mla::attention(qn.data() + i * d.heads * d.nope, qr.data() + i * d.heads * d.rope, kvb.data(),
+                               views[static_cast<std::size_t>(i)], d, p, 1, g, alone.data() + i * n);
+                mla::attention_rowwise(qn.data() + i * d.heads * d.nope, qr.data() + i * d.heads * d.rope, kvb.data(),
+                                       views[static_cast<std::size_t>(i)], d, p, 1, g, rowwise.data() + i * n);
+              }
+              CHECK(batched == alone);
+              double diff = 0, scale = 1e-30;
+              for (std::size_t i = 0; i < batched.size(); ++i) {
+                diff = std::max(diff, std::fabs(double(batched[i]) - rowwise[i]));
+                if (!(batched[i] == batched[i])) diff = INFINITY;
+                scale = std::max(scale, std::fabs(double(rowwise[i])));
+              }
+              CHECK(diff / scale < 1e-5);
+            }
+            omp_set_num_threads(threads);
+          }
+      }
+}
+
 TEST_CASE("mla: the vectorized exp is within 3e-7 of exp and gives exact zeros far below", "[mla]") {
   std::vector<float> x;
   for (float v = -87.0f; v <= 0.0f; v += 0.0137f) x.push_back(v);
