@@ -21,6 +21,17 @@ namespace {
 // so both give the same bits, and a long context is read once, not once per thread.
 constexpr std::int64_t span_rows = 16 * tile_rows;
 
+// W_UK-absorbed queries of tokens [t0, t0 + tg) × heads [h0, h0 + HG) into rows [tg·HG][W]:
+// row x·HG + hi is token t0 + x, head h0 + hi.
+void absorb_rows(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t t0, int tg, int h0,
+                 int HG, std::vector<float>& rows) {
+  const int W = d.row_width();
+  rows.resize(static_cast<std::size_t>(tg) * HG * W);
+  for (int hi = 0; hi < HG; ++hi)
+    absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
+                   static_cast<std::int64_t>(HG) * W);
+}
+
 // W_UK-absorbed queries of tokens [t0, t0 + tg) × heads [h0, h0 + HG), transposed for the lanes.
 struct lanes_unit {
   std::int64_t t0 = 0;
@@ -31,13 +42,9 @@ struct lanes_unit {
   float* qT = nullptr; // [W][QP], 64-byte aligned inside buf
 
   void prepare(const float* q_nope, const float* q_rot, const float* kv_b, const dims& d, std::int64_t pos0) {
-    const int W = d.row_width();
-    thread_local std::vector<float> rows; // [Q][W], row i = token i / HG, head i % HG
-    rows.resize(static_cast<std::size_t>(tg) * HG * W);
-    for (int hi = 0; hi < HG; ++hi)
-      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
-                     static_cast<std::int64_t>(HG) * W);
-    load(rows.data(), W, pos0);
+    thread_local std::vector<float> rows;
+    absorb_rows(q_nope, q_rot, kv_b, d, t0, tg, h0, HG, rows);
+    load(rows.data(), d.row_width(), pos0);
   }
   // From absorbed rows already made ([tg·HG][W], row i = token i / HG, head i % HG): transposed
   // into the lanes, each token seeing up to its position pos0 + t0 + (its index).
@@ -103,6 +110,17 @@ void fold_query(span_state& total, const span_state& part, int i, int L) {
   mt = M;
 }
 
+// The unit's queries over all their spans in order into total (part: scratch), as a decode's
+// parallel spans are folded.
+void walk_spans(const lanes_unit& u, const cache_view& cache, const dims& d, float scale, span_state& total,
+                span_state& part) {
+  run_span(u, 0, cache, d, scale, total);
+  for (std::int64_t s = 1; s < u.spans(); ++s) {
+    run_span(u, s, cache, d, scale, part);
+    for (int i = 0; i < u.Q; ++i) fold_query(total, part, i, d.latent);
+  }
+}
+
 } // namespace
 
 void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b, const cache_view& cache, const dims& d,
@@ -136,11 +154,7 @@ void attention_lanes(const float* q_nope, const float* q_rot, const float* kv_b,
       describe(u, item);
       u.prepare(q_nope, q_rot, kv_b, d, pos0);
       thread_local span_state total, part;
-      run_span(u, 0, cache, d, scale, total);
-      for (std::int64_t s = 1; s < u.spans(); ++s) {
-        run_span(u, s, cache, d, scale, part);
-        for (int i = 0; i < u.Q; ++i) fold_query(total, part, i, L);
-      }
+      walk_spans(u, cache, d, scale, total, part);
       for (int hi = 0; hi < HG; ++hi) {
         const float* acc[4];
         float sum[4];
@@ -231,25 +245,16 @@ void attention_decode_lanes(const float* q_nope, const float* q_rot, const float
     const int h0 = static_cast<int>(item % hsplit) * HG;
     const int tg = static_cast<int>(std::min<std::int64_t>(G, N - t0));
     thread_local std::vector<float> rows;
-    thread_local lanes_unit u;
+    thread_local lanes_unit u; // one sequence's token (its own position and cache) at a time
     thread_local span_state totals[G], part;
-    rows.resize(static_cast<std::size_t>(tg) * HG * W);
-    for (int hi = 0; hi < HG; ++hi) // row x·HG + hi: token t0 + x, head h0 + hi
-      absorb_queries(q_nope, q_rot, kv_b, d, t0, tg, h0 + hi, rows.data() + static_cast<std::size_t>(hi) * W,
-                     static_cast<std::int64_t>(HG) * W);
+    absorb_rows(q_nope, q_rot, kv_b, d, t0, tg, h0, HG, rows);
+    u.t0 = 0;
+    u.tg = 1;
+    u.h0 = h0;
+    u.HG = HG;
     for (int x = 0; x < tg; ++x) {
-      u.t0 = 0;
-      u.tg = 1;
-      u.h0 = h0;
-      u.HG = HG;
       u.load(rows.data() + static_cast<std::size_t>(x) * HG * W, W, pos[t0 + x]);
-      const cache_view& cache = caches[t0 + x];
-      span_state& total = totals[x];
-      run_span(u, 0, cache, d, scale, total);
-      for (std::int64_t s = 1; s < u.spans(); ++s) {
-        run_span(u, s, cache, d, scale, part);
-        for (int i = 0; i < u.Q; ++i) fold_query(total, part, i, L);
-      }
+      walk_spans(u, caches[t0 + x], d, scale, totals[x], part);
     }
     for (int hi = 0; hi < HG; ++hi) {
       const float* acc[G];

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <span>
+#include <vector>
 
 #include <omp.h>
 
@@ -66,6 +68,13 @@ std::vector<double> reference(const std::vector<float>& qn, const std::vector<fl
       }
     }
   return out;
+}
+
+/// max |got − ref| / max |ref|, NaN in got giving NaN (so any bound fails).
+double rel_max_diff(const std::vector<float>& got, const std::vector<float>& ref) {
+  double scale = 1e-30;
+  for (const float r : ref) scale = std::max(scale, std::fabs(double(r)));
+  return test::max_abs_diff(std::span<const float>(got), std::span<const float>(ref)) / scale;
 }
 
 } // namespace
@@ -182,15 +191,9 @@ TEST_CASE("mla: the tiled kernel equals the row-wise kernel over many tiles, odd
       mla::attention(qn.data(), qr.data(), kvb.data(), view, d, s.pos0, s.T, g, tiled.data());
       // Relative to the largest output (both are fp32 with different summation orders; against
       // fp64 the tiled kernel's error is the smaller of the two).
-      double worst = 0, scale = 1e-30;
-      for (std::size_t i = 0; i < tiled.size(); ++i) {
-        const double e = std::fabs(double(tiled[i]) - rowwise[i]);
-        if (!(e <= worst)) worst = e; // NaN propagates
-        scale = std::max(scale, std::fabs(double(rowwise[i])));
-      }
       INFO("heads " << d.heads << " latent " << d.latent << " pos0 " << s.pos0 << " T " << s.T << " fp32 " << s.fp32
                     << " isa " << to_string(path));
-      CHECK(worst / scale < 1e-5);
+      CHECK(rel_max_diff(tiled, rowwise) < 1e-5);
     }
   }
 }
@@ -282,13 +285,7 @@ TEST_CASE("mla: past 1024 positions the spans fold in order: prefill, chunks and
       run(t0, 9, chunk);
       for (std::int64_t t = t0; t < P; ++t) run(t, 1, step);
       INFO("isa " << to_string(path) << " threads " << nt);
-      double diff = 0, scale = 1e-30;
-      for (std::size_t i = 0; i < chunk.size(); ++i) {
-        diff = std::max(diff, std::fabs(double(chunk[i]) - rowwise[i]));
-        if (!(chunk[i] == chunk[i])) diff = INFINITY;
-        scale = std::max(scale, std::fabs(double(rowwise[i])));
-      }
-      CHECK(diff / scale < 1e-5);
+      CHECK(rel_max_diff(chunk, rowwise) < 1e-5);
       if (path != isa::avx512) continue; // the generic path agrees to fp32 rounding only
       CHECK(chunk == step);
       if (nt == 1) first = chunk;
@@ -342,13 +339,7 @@ TEST_CASE("mla: a batched decode step gives each sequence the bits of its decode
                                        views[static_cast<std::size_t>(i)], d, p, 1, g, rowwise.data() + i * n);
               }
               CHECK(batched == alone);
-              double diff = 0, scale = 1e-30;
-              for (std::size_t i = 0; i < batched.size(); ++i) {
-                diff = std::max(diff, std::fabs(double(batched[i]) - rowwise[i]));
-                if (!(batched[i] == batched[i])) diff = INFINITY;
-                scale = std::max(scale, std::fabs(double(rowwise[i])));
-              }
-              CHECK(diff / scale < 1e-5);
+              CHECK(rel_max_diff(batched, rowwise) < 1e-5);
             }
             omp_set_num_threads(threads);
           }
