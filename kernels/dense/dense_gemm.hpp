@@ -16,10 +16,12 @@
 // bytes), elsewhere and for prefill the same rounded values are multiplied in fp32. Sums are
 // fp32 on every path.
 //
-// Threading: parallel over output rows on the kernel pool; reentrant.
+// Threading: parallel over output rows on the kernel pool (decode: one contiguous row range per
+// thread); reentrant.
 // REQUIRES: ldx ≥ k, ldy ≥ n, non-aliasing buffers; violations throw std::invalid_argument.
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/common/bf16.hpp"
 
@@ -27,6 +29,23 @@ namespace k3::dense {
 
 void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
                float* y, std::int64_t ldy, activations a = activations::fp32);
+
+/// One output of gemm_bf16_multi: y[m, n] (stride ldy) = x · Wᵀ for W row-major [n, k].
+struct bf16_output {
+  const bf16_t* w;
+  std::int64_t n;
+  float* y;
+  std::int64_t ldy;
+};
+
+/// Several bf16 weights with the same input x [m, k]: each output's y as gemm_bf16 would give it,
+/// bit for bit. On the GEMV route (decode) the rows of all the weights are split over the pool
+/// threads in one parallel region and bf16 activations are rounded once — one fork/join instead
+/// of one per weight (a K3 layer's q/k/v/gate projections, MLA's q_a/kv_a/gate, the router and
+/// shared experts); other sizes run gemm_bf16 per output. Same requirements per output as
+/// gemm_bf16; outputs must not alias x or each other.
+void gemm_bf16_multi(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k,
+                     std::span<const bf16_output> outs, activations a = activations::fp32);
 
 void gemm_f32(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t n, std::int64_t k,
               float* y, std::int64_t ldy);

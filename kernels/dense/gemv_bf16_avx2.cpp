@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "kernels/dense/dense_gemm.hpp"
+#include "kernels/dense/gemv_prefetch.hpp"
 
 #include <immintrin.h>
 
@@ -27,20 +28,18 @@ inline __m256 widen8(const bf16_t* p) {
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
-// Same distance along the weight stream as the AVX-512 kernel (~16 KiB ahead).
-constexpr std::int64_t prefetch_elems = 8192;
-
 template <int R, int TG>
 void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
   __m256 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm256_setzero_ps();
+  block_prefetch pf(w, R, k);
   std::int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
     __m256 xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + i);
     if (i % 32 == 0)
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + prefetch_elems), _MM_HINT_T0);
+      for (int r = 0; r < R; ++r) pf.line();
     for (int r = 0; r < R; ++r) {
       const __m256 wv = widen8(w + r * k + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/dense/dense_gemm.hpp"
+#include "kernels/dense/gemv_prefetch.hpp"
 
 #include <immintrin.h>
 
@@ -21,10 +22,6 @@ inline __m512 widen_masked(const bf16_t* p, __mmask16 k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
 }
 
-// Prefetch distance along the (contiguous) weight stream: ~16 KiB, so short rows (k = 1024,
-// 2 KiB) still look far enough ahead to cover DRAM latency; a fixed 1 KiB per row did not.
-constexpr std::int64_t prefetch_elems = 8192;
-
 using act_t = float;
 
 template <int R, int TG>
@@ -32,12 +29,26 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
   __m512 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
+  block_prefetch pf(w, R, k);
   std::int64_t i = 0;
+  // A 64-byte line of each row per step (two widened halves, summed in k order).
+  for (; i + 32 <= k; i += 32) {
+    __m512 x0[TG], x1[TG];
+    for (int t = 0; t < TG; ++t) {
+      x0[t] = _mm512_loadu_ps(x + t * ldx + i);
+      x1[t] = _mm512_loadu_ps(x + t * ldx + i + 16);
+    }
+    for (int r = 0; r < R; ++r) {
+      pf.line();
+      const __m512 w0 = widen(w + r * k + i), w1 = widen(w + r * k + i + 16);
+      for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(w0, x0[t], acc[r][t]);
+      for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(w1, x1[t], acc[r][t]);
+    }
+  }
   for (; i + 16 <= k; i += 16) {
     __m512 xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + prefetch_elems), _MM_HINT_T0);
       const __m512 wv = widen(w + r * k + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "kernels/dense/dense_gemm.hpp"
+#include "kernels/dense/gemv_prefetch.hpp"
 
 #include <immintrin.h>
 
@@ -21,10 +22,6 @@
 namespace k3::dense::detail {
 namespace {
 
-// Prefetch distance along the weight stream (see the fp32 kernel: ~16 KiB covers DRAM latency
-// even for short rows).
-constexpr std::int64_t prefetch_elems = 8192;
-
 using act_t = bf16_t;
 
 template <int R, int TG>
@@ -32,12 +29,13 @@ void micro(const bf16_t* xb, std::int64_t ldxb, const bf16_t* w, std::int64_t k,
   __m512 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
+  block_prefetch pf(w, R, k);
   std::int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
     __m512bh xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(xb + t * ldxb + i);
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + prefetch_elems), _MM_HINT_T0);
+      pf.line();
       const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * k + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
     }

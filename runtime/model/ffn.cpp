@@ -1,5 +1,6 @@
 // Dense MLP and the (latent) MoE with shared experts (spec §8, §9).
 #include <cstring>
+#include <vector>
 
 #include "kernels/common/bf16.hpp"
 #include "kernels/common/parallel.hpp"
@@ -44,8 +45,8 @@ void run_experts(const model_config& c, const moe_weights& w, std::span<const st
       s2.push_back({ex.w2.q, b0, b1r});
     } else { // bf16 experts (Kimi Linear without --quantization mxfp4)
       const std::int64_t m = b1r - b0;
-      ex.w1.d.matmul(xs + b0 * X, X, m, e1 + b0 * I, I);
-      ex.w3.d.matmul(xs + b0 * X, X, m, e3 + b0 * I, I);
+      const dense_target in[2] = {{&ex.w1.d, e1 + b0 * I, I}, {&ex.w3.d, e3 + b0 * I, I}};
+      matmul_shared_input(xs + b0 * X, X, m, in);
       glu(c, e1 + b0 * I, e3 + b0 * I, m * I, e1 + b0 * I);
       ex.w2.d.matmul(e1 + b0 * I, I, m, ys + b0 * X, X);
     }
@@ -58,15 +59,25 @@ void run_experts(const model_config& c, const moe_weights& w, std::span<const st
   }
 }
 
+namespace {
+
+// The second half of an MLP: out = down(glu(g, u)), g overwritten.
+void mlp_down(const model_config& c, const mlp_weights& w, float* g, const float* u, std::int64_t n, float* out) {
+  const std::int64_t I = w.gate.rows;
+  glu(c, g, u, n * I, g);
+  w.down.matmul(g, I, n, out, c.hidden);
+}
+
+} // namespace
+
 void mlp_forward(const model_config& c, const mlp_weights& w, const float* x, std::int64_t n, float* out,
                  workspace& ws) {
   const std::int64_t Hd = c.hidden, I = w.gate.rows;
   float* g = ws.get(workspace::ffn_gate, n * I);
   float* u = ws.get(workspace::ffn_up, n * I);
-  w.gate.matmul(x, Hd, n, g, I);
-  w.up.matmul(x, Hd, n, u, I);
-  glu(c, g, u, n * I, g);
-  w.down.matmul(g, I, n, out, Hd);
+  const dense_target in[2] = {{&w.gate, g, I}, {&w.up, u, I}};
+  matmul_shared_input(x, Hd, n, in);
+  mlp_down(c, w, g, u, n, out);
 }
 
 void moe_forward(const model_config& c, const moe_weights& w, const float* x, std::int64_t n, float* out,
@@ -74,9 +85,24 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
                  expert_dispatcher* dispatcher) {
   const std::int64_t Hd = c.hidden, E = c.num_experts, k = c.top_k, X = c.expert_width();
 
-  // Router in fp32 from the full-width input.
+  // Every projection of the input in one call (one fork/join at decode): the router (fp32
+  // activations), the latent projection (K3) and the shared experts' gate and up.
   float* logits = ws.get(workspace::logits, n * E);
-  w.gate.matmul(x, Hd, n, logits, E);
+  float* lat = c.routed_hidden > 0 ? ws.get(workspace::lat, n * X) : nullptr;
+  const std::int64_t Is = w.shared.empty() ? 0 : w.shared.gate.rows;
+  float* sg = Is ? ws.get(workspace::ffn_gate, n * Is) : nullptr;
+  float* su = Is ? ws.get(workspace::ffn_up, n * Is) : nullptr;
+  {
+    std::vector<dense_target> in;
+    in.reserve(4);
+    in.push_back({&w.gate, logits, E});
+    if (lat) in.push_back({&w.latent_down, lat, X});
+    if (Is) {
+      in.push_back({&w.shared.gate, sg, Is});
+      in.push_back({&w.shared.up, su, Is});
+    }
+    matmul_shared_input(x, Hd, n, in);
+  }
   ws.ids.resize(static_cast<std::size_t>(n * k));
   ws.weights.resize(static_cast<std::size_t>(n * k));
   const router::params rp{c.num_experts, c.top_k, c.num_expert_groups, c.topk_group, c.renormalize, c.routed_scaling};
@@ -85,12 +111,7 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   for (std::int64_t e = 0; e < E; ++e) expert_tokens[static_cast<std::size_t>(e)] += plan.offsets[e + 1] - plan.offsets[e];
 
   // Expert input: the latent projection (K3) or the input itself, gathered in expert order.
-  const float* src = x;
-  if (c.routed_hidden > 0) {
-    float* lat = ws.get(workspace::lat, n * X);
-    w.latent_down.matmul(x, Hd, n, lat, X);
-    src = lat;
-  }
+  const float* src = lat ? lat : x;
   const std::int64_t R = n * k;
   float* xs = ws.get(workspace::xs, R * X);
   // Gather: a decode step's few rows copy faster than a fork/join costs.
@@ -132,7 +153,7 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   }
   if (!w.shared.empty()) {
     float* sh = ws.get(workspace::shared, n * Hd);
-    mlp_forward(c, w.shared, x, n, sh, ws);
+    mlp_down(c, w.shared, sg, su, n, sh);
     for (std::int64_t i = 0; i < n * Hd; ++i) out[i] += sh[i];
   }
 }

@@ -16,9 +16,15 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
   float* q = ws.get(workspace::q, n * P);
   float* k = ws.get(workspace::k, n * P);
   float* v = ws.get(workspace::v, n * P);
-  w.q.matmul(x, Hd, n, q, P);
-  w.k.matmul(x, Hd, n, k, P);
-  w.v.matmul(x, Hd, n, v, P);
+  float* f = ws.get(workspace::f, n * hd);
+  float* beta = ws.get(workspace::beta, n * H);
+  float* og = ws.get(workspace::og, n * P);
+  // Every projection of the layer input in one call (one fork/join at decode); the low-rank
+  // output gate's first half reuses f's buffer, so it waits for f_b below.
+  {
+    dense_target in[6] = {{&w.q, q, P}, {&w.k, k, P}, {&w.v, v, P}, {&w.f_a, f, hd}, {&w.b, beta, H}, {&w.g, og, P}};
+    matmul_shared_input(x, Hd, n, std::span(in, c.full_rank_gate ? 6 : 5));
+  }
 
   // Causal short conv + SiLU per sequence, each stream with its own state section.
   for (std::size_t e = 0; e < b.entries(); ++e) {
@@ -31,16 +37,12 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
   }
 
   // Decay gate and β (fp32), q/k L2 norm.
-  float* f = ws.get(workspace::f, n * hd);
   float* graw = ws.get(workspace::graw, n * P);
   float* g = ws.get(workspace::g, n * P);
-  w.f_a.matmul(x, Hd, n, f, hd);
   w.f_b.matmul(f, hd, n, graw, P);
   const kda::gate_params gp{c.bounded_gate ? kda::gate_kind::lower_bound : kda::gate_kind::softplus,
                             c.gate_lower_bound};
   kda::decay_gate(graw, n, H, static_cast<int>(hd), w.a_log.data(), w.dt_bias.data(), gp, g);
-  float* beta = ws.get(workspace::beta, n * H);
-  w.b.matmul(x, Hd, n, beta, H);
   kda::beta_sigmoid(beta, n * H);
   kda::prepare_qk(q, k, n, H, static_cast<int>(hd));
 
@@ -66,10 +68,7 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
   }
 
   // Output gate, per-head gated RMSNorm, projection.
-  float* og = ws.get(workspace::og, n * P);
-  if (c.full_rank_gate) {
-    w.g.matmul(x, Hd, n, og, P);
-  } else {
+  if (!c.full_rank_gate) {
     float* ga = ws.get(workspace::f, n * hd);
     w.g_a.matmul(x, Hd, n, ga, hd);
     w.g_b.matmul(ga, hd, n, og, P);
@@ -85,13 +84,22 @@ void mla_forward(const model_config& c, const mla_weights& w, int slot, const ba
   constexpr float low_rank_eps = 1e-6f; // q_a / kv_a norms use the KimiRMSNorm default (spec §10.8)
 
   float* q = ws.get(workspace::q, n * H * qd);
-  if (c.q_lora_rank > 0) {
-    float* qa = ws.get(workspace::qa, n * c.q_lora_rank);
-    w.q_a.matmul(x, Hd, n, qa, c.q_lora_rank);
+  float* qa = c.q_lora_rank > 0 ? ws.get(workspace::qa, n * c.q_lora_rank) : nullptr;
+  float* ckv = ws.get(workspace::ckv, n * W);
+  float* gate = c.mla_output_gate ? ws.get(workspace::gate, n * H * V) : nullptr;
+  // The projections of the layer input in one call (one fork/join at decode).
+  {
+    std::vector<dense_target> in;
+    in.reserve(3);
+    if (qa) in.push_back({&w.q_a, qa, c.q_lora_rank});
+    else in.push_back({&w.q, q, H * qd});
+    in.push_back({&w.kv_a, ckv, W});
+    if (gate) in.push_back({&w.g, gate, H * V});
+    matmul_shared_input(x, Hd, n, in);
+  }
+  if (qa) {
     ops::rms_norm(qa, w.q_a_norm.data(), low_rank_eps, n, c.q_lora_rank, qa);
     w.q_b.matmul(qa, c.q_lora_rank, n, q, H * qd);
-  } else {
-    w.q.matmul(x, Hd, n, q, H * qd);
   }
   float* qn = ws.get(workspace::qn, n * H * c.qk_nope);
   float* qr = ws.get(workspace::qr, n * H * c.qk_rope);
@@ -100,15 +108,8 @@ void mla_forward(const model_config& c, const mla_weights& w, int slot, const ba
     std::copy_n(q + t * qd + c.qk_nope, c.qk_rope, qr + t * c.qk_rope);
   }
 
-  float* ckv = ws.get(workspace::ckv, n * W);
-  w.kv_a.matmul(x, Hd, n, ckv, W);
   for (std::int64_t t = 0; t < n; ++t) ops::rms_norm(ckv + t * W, w.kv_a_norm.data(), low_rank_eps, 1, L, ckv + t * W);
 
-  float* gate = nullptr;
-  if (c.mla_output_gate) {
-    gate = ws.get(workspace::gate, n * H * V);
-    w.g.matmul(x, Hd, n, gate, H * V);
-  }
   float* att = ws.get(workspace::att, n * H * V);
   const mla::dims d{static_cast<int>(H), c.qk_nope, c.qk_rope, c.kv_lora_rank, c.v_head_dim};
   // Prefill chunks one by one; a run of consecutive decode entries (one token each) as one

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <unistd.h>
 
 #include "kernels/common/parallel.hpp"
@@ -26,6 +27,25 @@ void dense_weight::matmul(const float* x, std::int64_t ldx, std::int64_t m, floa
   if (m <= 0) return;
   if (bf16) dense::gemm_bf16(x, ldx, m, bf16, rows, cols, y, ldy, act);
   else dense::gemm_f32(x, ldx, m, f32, rows, cols, y, ldy);
+}
+
+void matmul_shared_input(const float* x, std::int64_t ldx, std::int64_t m, std::span<const dense_target> targets) {
+  if (m <= 0) return;
+  // Fused groups: bf16 weights by activation precision (the router keeps fp32 activations when
+  // the rest use bf16); fp32 weights one by one.
+  for (activations a : {activations::fp32, activations::bf16, activations::int8}) {
+    std::vector<dense::bf16_output> outs;
+    std::int64_t k = -1;
+    for (const dense_target& t : targets) {
+      if (!t.w->bf16 || t.w->act != a) continue;
+      if (k >= 0 && t.w->cols != k) throw std::invalid_argument("matmul_shared_input: weights of different widths");
+      k = t.w->cols;
+      outs.push_back({t.w->bf16, t.w->rows, t.y, t.ldy});
+    }
+    if (!outs.empty()) dense::gemm_bf16_multi(x, ldx, m, k, outs, a);
+  }
+  for (const dense_target& t : targets)
+    if (!t.w->bf16) t.w->matmul(x, ldx, m, t.y, t.ldy);
 }
 
 namespace {

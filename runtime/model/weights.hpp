@@ -20,6 +20,7 @@
 // (model owns both). Immutable after load; safe to read from any thread.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,19 @@ struct dense_weight {
   /// y[m, rows] = x[m, cols] · Wᵀ (strides ldx, ldy).
   void matmul(const float* x, std::int64_t ldx, std::int64_t m, float* y, std::int64_t ldy) const;
 };
+
+/// One product of matmul_shared_input: y (stride ldy) = x · wᵀ.
+struct dense_target {
+  const dense_weight* w;
+  float* y;
+  std::int64_t ldy;
+};
+
+/// Several weights applied to the same input x[m, cols]: each y as its own matmul gives it, bit
+/// for bit, with the bf16 weights of one activation precision in one kernel call
+/// (dense::gemm_bf16_multi: at decode one fork/join and one contiguous row range per thread for
+/// the lot). Every weight must have x's column count.
+void matmul_shared_input(const float* x, std::int64_t ldx, std::int64_t m, std::span<const dense_target> targets);
 
 /// One routed-expert projection: MXFP4 (view into the file or owned) or dense bf16.
 struct expert_matrix {

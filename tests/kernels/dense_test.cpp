@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+
+#include <omp.h>
 
 #include "kernels/common/bf16.hpp"
 #include "kernels/common/blas_core.hpp"
@@ -102,6 +105,49 @@ TEST_CASE("dense gemm: in a batch, a token's result does not depend on the other
       }
     check_ref(x30, k, 30, wr, n, k, y30, n);
   }
+}
+
+TEST_CASE("dense gemm_bf16_multi gives each output gemm_bf16's bits, whatever the thread split", "[dense]") {
+  // Outputs of 1, 6, 37 and 130 rows (row tails, one output smaller than a 4-row block, range
+  // boundaries falling inside outputs), k with a 32-, a 16- and a masked tail, 1–6 tokens on the
+  // GEMV route and 9 / 33 tokens on the others; fp32 and bf16 activations; 1–4 threads.
+  // k = 383 = 11·32 + 16 + 15; 174 rows × 383 columns is past the parallel threshold even at
+  // one token.
+  test::rng r(4242);
+  const std::int64_t k = 383, ldx = k + 3;
+  const std::int64_t rows[4] = {37, 1, 130, 6};
+  std::vector<std::vector<bf16_t>> ws;
+  for (std::int64_t n : rows) ws.push_back(random_bf16(r, n * k).first);
+  const int threads = omp_get_max_threads();
+  for (isa path : test::isa_paths())
+    for (activations a : {activations::fp32, activations::bf16})
+      for (std::int64_t m : {1, 2, 5, 6, 9, 33}) {
+        scoped_isa pin(path);
+        const auto x = r.normals(m * ldx);
+        std::vector<std::vector<float>> want;
+        for (int j = 0; j < 4; ++j) {
+          want.emplace_back(m * (rows[j] + 2), NAN);
+          dense::gemm_bf16(x.data(), ldx, m, ws[j].data(), rows[j], k, want[j].data(), rows[j] + 2, a);
+        }
+        for (int nt : {1, 2, 3, 4}) {
+          omp_set_num_threads(nt);
+          std::vector<std::vector<float>> got;
+          std::vector<dense::bf16_output> outs;
+          for (int j = 0; j < 4; ++j) got.emplace_back(m * (rows[j] + 2), NAN);
+          for (int j = 0; j < 4; ++j) outs.push_back({ws[j].data(), rows[j], got[j].data(), rows[j] + 2});
+          dense::gemm_bf16_multi(x.data(), ldx, m, k, outs, a);
+          INFO("isa=" << to_string(path) << " bf16-act=" << (a == activations::bf16) << " m=" << m << " threads=" << nt);
+          for (int j = 0; j < 4; ++j)
+            for (std::int64_t t = 0; t < m; ++t)
+              for (std::int64_t i = 0; i < rows[j] + 2; ++i) {
+                INFO("output " << j << " token " << t << " row " << i);
+                const float g = got[j][t * (rows[j] + 2) + i], e = want[j][t * (rows[j] + 2) + i];
+                if (i >= rows[j]) REQUIRE(std::isnan(g)); // the stride's padding untouched
+                else REQUIRE(std::memcmp(&g, &e, sizeof g) == 0);
+              }
+        }
+        omp_set_num_threads(threads);
+      }
 }
 
 TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rounded activations", "[dense]") {
