@@ -12,6 +12,7 @@
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
 #include "kernels/dense/dense_gemm.hpp"
+#include "kernels/dense/gemm_bf16_onednn.hpp"
 #if K3_HAVE_ONEDNN
 #include "bench/onednn_gemm.hpp"
 #endif
@@ -67,6 +68,9 @@ int run_dense_bench(const kernel_bench_options& opts) {
   // From M = 2 each size runs twice where the CPU has AMX: on tiles (the default there) and
   // with AMX turned off (the GEMV / batch kernels, the k-blocked sgemm), in the same run.
   const bool amx = amx_bf16_available();
+  // Prefill sizes without AMX run on oneDNN's bf16 matmul where the build has it and the CPU has
+  // AVX512-BF16 (W in place; fp32 activations as three exact bf16 parts), else on sgemm.
+  const bool onednn = dense::detail::onednn_available();
   struct bench_case {
     int m;
     activations act;
@@ -97,9 +101,10 @@ int run_dense_bench(const kernel_bench_options& opts) {
       const bool b = act == activations::bf16;
       const std::string name = bc.amx ? (b ? "AMX bf16-act" : "AMX fp32-act x3")
                                : m <= 64 ? (b ? (dot ? "GEMV bf16-act dot" : "GEMV bf16-act") : "GEMV fp32-act")
+                               : onednn ? (b ? "oneDNN bf16-act" : "oneDNN fp32-act x3")
                                         : (b ? "sgemm bf16-act" : "sgemm fp32-act");
       // bf16 peak: the AMX tile rate for the AMX rows (x3 counts the useful flops, a third of
-      // the tile work), vdpbf16ps otherwise.
+      // the tile work, as for oneDNN's x3 rows), vdpbf16ps otherwise.
       const double bpeak = bc.amx ? pk.amx_bf16 : pk.bf16;
       t.row({name, std::to_string(m), fmt(gk), fmt(gs), fmt(gk / gs), fmt(gf, 1), pk.fp32 > 0 ? fmt(gf / pk.fp32) : "-",
              bpeak > 0 ? fmt(gf / bpeak) : "-"});

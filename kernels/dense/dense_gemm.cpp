@@ -10,6 +10,7 @@
 
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/common/parallel.hpp"
+#include "kernels/dense/gemm_bf16_onednn.hpp"
 
 namespace k3::dense {
 namespace {
@@ -233,6 +234,10 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   }
   if (!gemv && amx_bf16_available() && n >= 32) {
     gemm_amx(x, ldx, m, w, n, k, y, ldy, a);
+    return;
+  }
+  if (!gemv && detail::onednn_available()) {
+    detail::gemm_bf16_onednn(x, ldx, m, w, n, k, y, ldy, a == activations::bf16 ? 1 : 3);
     return;
   }
   // Prefill with bf16 activations off AMX: the rounded values, multiplied in fp32.

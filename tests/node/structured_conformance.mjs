@@ -50,6 +50,15 @@ async function callArgs(client, model, body) {
   const r = await client.chat.completions.create({ model, ...body });
   return { finish: r.choices[0].finish_reason, calls: r.choices[0].message.tool_calls ?? [], content: r.choices[0].message.content };
 }
+// The server's prefix cache: the first request of a prompt prefills it whole, later ones restore
+// a checkpoint inside it and prefill the rest — the same values to fp32 rounding, not bit for bit,
+// which a temperature-1 sampler may turn into a different token. A one-token request first puts
+// the prompt's checkpoints in place, so that the non-streamed and the streamed request compared
+// below both restore the same one and must agree exactly.
+async function warmCache(client, model, body) {
+  await client.chat.completions.create({ model, ...body, max_tokens: 1 });
+}
+
 async function streamArgs(client, model, body) {
   const s = await client.chat.completions.create({ model, ...body, stream: true });
   const calls = [];
@@ -72,6 +81,7 @@ for (const [name, schema] of Object.entries(schemas)) {
   for (const seed of [1, 2]) {
     const body = { messages: msgs, tools: [tool(name, schema)], tool_choice: 'required', temperature: 1, seed, max_tokens: 400,
       thinking: { type: 'disabled' } };
+    await warmCache(k3, 'Kimi-K3', body);
     const plain = await callArgs(k3, 'Kimi-K3', body);
     const streamed = await streamArgs(k3, 'Kimi-K3', body);
     let ok = plain.calls.length >= 1 && plain.finish === 'tool_calls';
@@ -104,6 +114,7 @@ for (const name of ['flat', 'defs_recursive', 'numbers', 'formats']) {
   for (const seed of [1, 2]) {
     const body = { messages: [{ role: 'user', content: 'Answer in JSON.' }], temperature: 1, seed, max_tokens: 400,
       response_format: { type: 'json_schema', json_schema: { name, schema: schemas[name], strict: true } } };
+    await warmCache(k3, 'Kimi-K3', body);
     const plain = await callArgs(k3, 'Kimi-K3', body);
     const streamed = await streamArgs(k3, 'Kimi-K3', body);
     let ok = true, v;

@@ -1,0 +1,140 @@
+// oneDNN bf16 matmul for prefill off AMX (contract in gemm_bf16_onednn.hpp).
+#include "kernels/dense/gemm_bf16_onednn.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "kernels/common/cpu_features.hpp"
+#include "kernels/common/parallel.hpp"
+
+#if K3_HAVE_ONEDNN
+#include <immintrin.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace k3::dense::detail {
+
+#if K3_HAVE_ONEDNN
+namespace {
+
+constexpr std::int64_t pass_tokens = 512; // tokens per oneDNN call
+constexpr std::int64_t pad_tokens = 64;   // a pass's token count is padded to this multiple
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+
+// f32_to_bf16 (bf16.hpp) sixteen lanes at a time: round to nearest even, NaN kept quiet.
+inline __m256i to_bf16(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+inline __m512 from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+// One row of x as `splits` bf16 rows (part s at dst + s · part_stride): hi, then the exact
+// residuals rounded (hi + mid + lo = x for normal values; a non-finite part carries x alone).
+void split_row(const float* src, std::int64_t k, int splits, bf16_t* dst, std::int64_t part_stride) {
+  for (std::int64_t i = 0; i < k; i += 16) {
+    const std::int64_t left = k - i;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, src + i);
+    const __m256i hi = to_bf16(v);
+    _mm256_mask_storeu_epi16(dst + i, mask, hi);
+    if (splits == 1) continue;
+    const __m512 fh = from_bf16(hi);
+    const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(fh), _mm512_set1_ps(3.4e38f), _CMP_LT_OQ);
+    const __m512 r1 = _mm512_maskz_sub_ps(finite, v, fh);
+    const __m256i mid = to_bf16(r1);
+    _mm256_mask_storeu_epi16(dst + part_stride + i, mask, mid);
+    _mm256_mask_storeu_epi16(dst + 2 * part_stride + i, mask, to_bf16(_mm512_sub_ps(r1, from_bf16(mid))));
+  }
+}
+
+#pragma GCC pop_options
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+// Per-thread engine, stream and primitives by (tokens, n, k, dst stride, accumulate).
+struct context {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>, dnnl::matmul> prims;
+  std::vector<bf16_t> parts;
+  std::vector<float> scratch;
+
+  dnnl::matmul& get(std::int64_t mp, std::int64_t n, std::int64_t k, std::int64_t ldd, bool accumulate) {
+    const auto key = std::make_tuple(mp, n, k, ldd, accumulate);
+    auto it = prims.find(key);
+    if (it != prims.end()) return it->second;
+    const dnnl::memory::desc src({mp, k}, dt::bf16, tag::ab), wei({k, n}, dt::bf16, tag::ba),
+        dst({mp, n}, dt::f32, dnnl::memory::dims{ldd, 1});
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, eng); // oneDNN 2.x API
+    return prims.emplace(key, dnnl::matmul(pd)).first->second;
+  }
+};
+
+} // namespace
+
+bool onednn_available() noexcept { return bf16_dot_available(); }
+
+void gemm_bf16_onednn(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n,
+                      std::int64_t k, float* y, std::int64_t ldy, int splits) {
+  if (!onednn_available()) throw std::logic_error("dense::gemm_bf16_onednn: no AVX512-BF16 on this CPU");
+  thread_local context ctx;
+  const dnnl::memory wei({{k, n}, dt::bf16, tag::ba}, ctx.eng, const_cast<bf16_t*>(w));
+  for (std::int64_t t0 = 0; t0 < m; t0 += pass_tokens) {
+    const std::int64_t mt = std::min(pass_tokens, m - t0), mp = (mt + pad_tokens - 1) / pad_tokens * pad_tokens;
+    const std::int64_t part = mp * k;
+    ctx.parts.resize(static_cast<std::size_t>(splits * part));
+    bf16_t* parts = ctx.parts.data();
+    const float* xt = x + t0 * ldx;
+    parallel_for_work(mt, mt * k * 8, [&](std::int64_t t) { split_row(xt + t * ldx, k, splits, parts + t * k, part); });
+    for (int s = 0; s < splits; ++s) std::fill(parts + s * part + mt * k, parts + (s + 1) * part, bf16_t{0});
+    // Padded passes write into scratch, then copy their real rows.
+    const bool direct = mp == mt;
+    float* dst = y + t0 * ldy;
+    std::int64_t ldd = ldy;
+    if (!direct) {
+      ctx.scratch.resize(static_cast<std::size_t>(mp * n));
+      dst = ctx.scratch.data();
+      ldd = n;
+    }
+    const dnnl::memory dst_mem({{mp, n}, dt::f32, dnnl::memory::dims{ldd, 1}}, ctx.eng, dst);
+    for (int s = 0; s < splits; ++s) {
+      const dnnl::memory src({{mp, k}, dt::bf16, tag::ab}, ctx.eng, parts + s * part);
+      ctx.get(mp, n, k, ldd, s > 0).execute(ctx.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst_mem}});
+    }
+    ctx.strm.wait();
+    if (!direct)
+      for (std::int64_t t = 0; t < mt; ++t) std::memcpy(y + (t0 + t) * ldy, dst + t * n, sizeof(float) * n);
+  }
+}
+
+#else
+
+bool onednn_available() noexcept { return false; }
+
+void gemm_bf16_onednn(const float*, std::int64_t, std::int64_t, const bf16_t*, std::int64_t, std::int64_t, float*,
+                      std::int64_t, int) {
+  throw std::logic_error("dense::gemm_bf16_onednn: this build has no oneDNN");
+}
+
+#endif
+
+} // namespace k3::dense::detail
