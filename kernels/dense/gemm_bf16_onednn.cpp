@@ -2,7 +2,6 @@
 #include "kernels/dense/gemm_bf16_onednn.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -22,8 +21,7 @@ namespace k3::dense::detail {
 #if K3_HAVE_ONEDNN
 namespace {
 
-constexpr std::int64_t pass_tokens = 512; // tokens per oneDNN call
-constexpr std::int64_t pad_tokens = 64;   // a pass's token count is padded to this multiple
+constexpr std::int64_t pass_tokens = 512; // tokens per oneDNN call (bounds the parts buffer)
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
@@ -64,20 +62,21 @@ void split_row(const float* src, std::int64_t k, int splits, bf16_t* dst, std::i
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// Per-thread engine, stream and primitives by (tokens, n, k, dst stride, accumulate).
+// Per-thread engine, stream and primitives by (n, k, dst stride, accumulate); the token count is
+// a run-time dimension, so one primitive serves every prompt length.
 struct context {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>, dnnl::matmul> prims;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>, dnnl::matmul> prims;
   std::vector<bf16_t> parts;
-  std::vector<float> scratch;
 
-  dnnl::matmul& get(std::int64_t mp, std::int64_t n, std::int64_t k, std::int64_t ldd, bool accumulate) {
-    const auto key = std::make_tuple(mp, n, k, ldd, accumulate);
+  dnnl::matmul& get(std::int64_t n, std::int64_t k, std::int64_t ldd, bool accumulate) {
+    const auto key = std::make_tuple(n, k, ldd, accumulate);
     auto it = prims.find(key);
     if (it != prims.end()) return it->second;
-    const dnnl::memory::desc src({mp, k}, dt::bf16, tag::ab), wei({k, n}, dt::bf16, tag::ba),
-        dst({mp, n}, dt::f32, dnnl::memory::dims{ldd, 1});
+    const dnnl::memory::dim rt = DNNL_RUNTIME_DIM_VAL;
+    const dnnl::memory::desc src({rt, k}, dt::bf16, tag::ab), wei({k, n}, dt::bf16, tag::ba),
+        dst({rt, n}, dt::f32, dnnl::memory::dims{ldd, 1});
     dnnl::primitive_attr attr;
     if (accumulate) {
       dnnl::post_ops po;
@@ -99,30 +98,17 @@ void gemm_bf16_onednn(const float* x, std::int64_t ldx, std::int64_t m, const bf
   thread_local context ctx;
   const dnnl::memory wei({{k, n}, dt::bf16, tag::ba}, ctx.eng, const_cast<bf16_t*>(w));
   for (std::int64_t t0 = 0; t0 < m; t0 += pass_tokens) {
-    const std::int64_t mt = std::min(pass_tokens, m - t0), mp = (mt + pad_tokens - 1) / pad_tokens * pad_tokens;
-    const std::int64_t part = mp * k;
+    const std::int64_t mt = std::min(pass_tokens, m - t0), part = mt * k;
     ctx.parts.resize(static_cast<std::size_t>(splits * part));
     bf16_t* parts = ctx.parts.data();
     const float* xt = x + t0 * ldx;
     parallel_for_work(mt, mt * k * 8, [&](std::int64_t t) { split_row(xt + t * ldx, k, splits, parts + t * k, part); });
-    for (int s = 0; s < splits; ++s) std::fill(parts + s * part + mt * k, parts + (s + 1) * part, bf16_t{0});
-    // Padded passes write into scratch, then copy their real rows.
-    const bool direct = mp == mt;
-    float* dst = y + t0 * ldy;
-    std::int64_t ldd = ldy;
-    if (!direct) {
-      ctx.scratch.resize(static_cast<std::size_t>(mp * n));
-      dst = ctx.scratch.data();
-      ldd = n;
-    }
-    const dnnl::memory dst_mem({{mp, n}, dt::f32, dnnl::memory::dims{ldd, 1}}, ctx.eng, dst);
+    const dnnl::memory dst({{mt, n}, dt::f32, dnnl::memory::dims{ldy, 1}}, ctx.eng, y + t0 * ldy);
     for (int s = 0; s < splits; ++s) {
-      const dnnl::memory src({{mp, k}, dt::bf16, tag::ab}, ctx.eng, parts + s * part);
-      ctx.get(mp, n, k, ldd, s > 0).execute(ctx.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst_mem}});
+      const dnnl::memory src({{mt, k}, dt::bf16, tag::ab}, ctx.eng, parts + s * part);
+      ctx.get(n, k, ldy, s > 0).execute(ctx.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
     }
     ctx.strm.wait();
-    if (!direct)
-      for (std::int64_t t = 0; t < mt; ++t) std::memcpy(y + (t0 + t) * ldy, dst + t * n, sizeof(float) * n);
   }
 }
 
