@@ -31,6 +31,11 @@ isa set_isa_override(isa level) noexcept;
 /// AVX512-BF16 (vdpbf16ps) usable now: the CPU has it and the active ISA is AVX-512.
 [[nodiscard]] bool bf16_dot_available() noexcept;
 
+/// bf16_dot_available() on a CPU whose vdpbf16ps does twice the fp32 FMA's flops (AMD Zen 4/5:
+/// 1000 vs 540 GFLOP/s measured on a 2-vCPU Zen 5). Intel parts without AMX run it at the
+/// FMA's flop rate (166 vs 329 GFLOP/s on a 2-vCPU Xeon), where bf16 prefill GEMMs lose to the
+/// widened fp32 sgemm; the prefill route keys on this.
+[[nodiscard]] bool bf16_dot_full_rate() noexcept;
 /// AVX512-VNNI (vpdpbusd) usable now: the CPU has it and the active ISA is AVX-512.
 [[nodiscard]] bool int8_dot_available() noexcept;
 

@@ -90,7 +90,7 @@ struct context {
 
 } // namespace
 
-bool onednn_available() noexcept { return bf16_dot_available(); }
+bool onednn_available() noexcept { return bf16_dot_full_rate() && !amx_bf16_available(); }
 
 void gemm_bf16_onednn(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n,
                       std::int64_t k, float* y, std::int64_t ldy, int splits) {

@@ -1,14 +1,16 @@
 #pragma once
-// Prefill GEMM on oneDNN's bf16 matmul (Debian libdnnl-dev), for CPUs with AVX512-BF16 and no
-// AMX (AMD Zen 4/5): y[m, n] = x · Wᵀ with W row-major [n, k] read in place as oneDNN's "ba"
-// weights. The activations enter as bf16 rows: fp32 activations as three parts hi + mid + lo =
-// x (exact for normal values; a non-finite hi stands alone, as on the AMX path), whose three
-// products are accumulated in fp32 — every product is the fp32-exact product of the activation
-// and the bf16 weight; bf16 activations as one part, rounded once.
+// Prefill GEMM on oneDNN's bf16 matmul (Debian libdnnl-dev), for CPUs whose AVX512-BF16 dot runs
+// at twice the fp32 FMA's flops and that have no AMX (AMD Zen 4/5; on an Intel Xeon without AMX
+// the same matmul measured 143 GFLOP/s against the sgemm route's 150–212): y[m, n] = x · Wᵀ
+// with W row-major [n, k] read in place as oneDNN's "ba" weights. The activations enter as bf16
+// rows: fp32 activations as three parts hi + mid + lo = x (exact for normal values; a
+// non-finite hi stands alone, as on the AMX path), whose three products are accumulated in fp32
+// — every product is the fp32-exact product of the activation and the bf16 weight; bf16
+// activations as one part, rounded once.
 //
-// Measured (2-vCPU Zen 5, 512 tokens, the test checkpoint's shapes): oneDNN's brgemm kernels
-// 770–950 GFLOP/s with W in place, against ~235 for the widen-then-OpenBLAS-sgemm route it
-// replaces there, i.e. ~3.5× with bf16 activations and ~1.2–1.3× with the three fp32 parts.
+// Measured (2-vCPU Zen 5, 512 tokens, 6144 × 7168): 887 GFLOP/s with bf16 activations (0.89 of
+// the vdpbf16ps peak) and 289 with the three fp32 parts, against 221–224 for the
+// widen-then-OpenBLAS-sgemm route it replaces there.
 //
 // The token count is a run-time dimension of the cached primitives (oneDNN's jit gemm, as fast
 // here as its brgemm kernels: 700–980 GFLOP/s at 64–512 tokens), so one primitive per weight
@@ -22,7 +24,8 @@
 
 namespace k3::dense::detail {
 
-/// Whether this build has oneDNN and the CPU runs AVX512-BF16 (bf16_dot_available()).
+/// Whether this build has oneDNN and the CPU runs vdpbf16ps at full rate without AMX
+/// (bf16_dot_full_rate(): AMD Zen 4/5; Intel Xeons keep their AMX or sgemm routes).
 [[nodiscard]] bool onednn_available() noexcept;
 
 /// y[t, r] = Σ_k x[t, k] · w[r, k] for t < m, r < n; splits 3 (fp32 activations) or 1 (bf16).
