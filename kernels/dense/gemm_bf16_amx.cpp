@@ -28,10 +28,12 @@
 
 #include "kernels/common/amx_tiles.hpp"
 
-namespace k3::dense::detail {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 
+#include "kernels/dense/bf16_parts_avx512.hpp"
+
+namespace k3::dense::detail {
 namespace {
 
 // Packs rows [r0, r0 + 16) × columns [k0, k0 + 32) of w (zeros past k, rows past rmax) into one
@@ -47,18 +49,6 @@ inline void pack_tile(const bf16_t* w, std::int64_t k, std::int64_t r0, std::int
   for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + i * 32, r[i]);
 }
 
-// f32_to_bf16 (bf16.hpp) sixteen lanes at a time: round to nearest even, NaN kept quiet.
-inline __m256i to_bf16(__m512 v) {
-  const __m512i b = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
-  return _mm512_cvtepi32_epi16(r);
-}
-
-inline __m512 from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
 } // namespace
 
 void split_bf16_rows(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t k, int splits, bf16_t* xs,
@@ -73,20 +63,10 @@ void split_bf16_rows(const float* x, std::int64_t ldx, std::int64_t rows, std::i
         const std::int64_t i = 32 * c + h, left = k - i;
         const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0)
                                                             : static_cast<__mmask16>((1u << left) - 1);
-        const __m512 v = _mm512_maskz_loadu_ps(mask, src + i);
-        const __m256i hi = to_bf16(v);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + h), hi);
-        if (splits == 1) continue;
-        // Residuals are exact in fp32 (x and its bf16 rounding share an exponent); a non-finite
-        // part (inf, NaN, overflow to inf) carries the value alone.
-        const __m512 fh = from_bf16(hi);
-        const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(fh), _mm512_set1_ps(3.4e38f), _CMP_LT_OQ);
-        const __m512 r1 = _mm512_maskz_sub_ps(finite, v, fh);
-        const __m256i mid = to_bf16(r1);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + split_stride + h), mid);
-        if (splits == 3)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 2 * split_stride + h),
-                             to_bf16(_mm512_sub_ps(r1, from_bf16(mid))));
+        __m256i part[3];
+        bf16_parts(_mm512_maskz_loadu_ps(mask, src + i), splits, part);
+        for (int s = 0; s < splits; ++s)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + s * split_stride + h), part[s]);
       }
   }
   // Rows past `rows` in the last band are zeros.
@@ -165,6 +145,6 @@ void gemm_bf16_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std:
   _tile_release();
 }
 
-#pragma GCC pop_options
-
 } // namespace k3::dense::detail
+
+#pragma GCC pop_options

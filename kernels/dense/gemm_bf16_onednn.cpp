@@ -14,6 +14,30 @@
 #include <immintrin.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+
+#include "kernels/dense/bf16_parts_avx512.hpp"
+
+namespace k3::dense::detail {
+namespace {
+
+// One row of x as `splits` bf16 rows (part s at dst + s · part_stride; bf16_parts' rule).
+void split_row(const float* src, std::int64_t k, int splits, bf16_t* dst, std::int64_t part_stride) {
+  for (std::int64_t i = 0; i < k; i += 16) {
+    const std::int64_t left = k - i;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    __m256i part[3];
+    bf16_parts(_mm512_maskz_loadu_ps(mask, src + i), splits, part);
+    for (int s = 0; s < splits; ++s) _mm256_mask_storeu_epi16(dst + s * part_stride + i, mask, part[s]);
+  }
+}
+
+} // namespace
+} // namespace k3::dense::detail
+
+#pragma GCC pop_options
 #endif
 
 namespace k3::dense::detail {
@@ -22,42 +46,6 @@ namespace k3::dense::detail {
 namespace {
 
 constexpr std::int64_t pass_tokens = 512; // tokens per oneDNN call (bounds the parts buffer)
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-
-// f32_to_bf16 (bf16.hpp) sixteen lanes at a time: round to nearest even, NaN kept quiet.
-inline __m256i to_bf16(__m512 v) {
-  const __m512i b = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
-  return _mm512_cvtepi32_epi16(r);
-}
-
-inline __m512 from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
-// One row of x as `splits` bf16 rows (part s at dst + s · part_stride): hi, then the exact
-// residuals rounded (hi + mid + lo = x for normal values; a non-finite part carries x alone).
-void split_row(const float* src, std::int64_t k, int splits, bf16_t* dst, std::int64_t part_stride) {
-  for (std::int64_t i = 0; i < k; i += 16) {
-    const std::int64_t left = k - i;
-    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(mask, src + i);
-    const __m256i hi = to_bf16(v);
-    _mm256_mask_storeu_epi16(dst + i, mask, hi);
-    if (splits == 1) continue;
-    const __m512 fh = from_bf16(hi);
-    const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(fh), _mm512_set1_ps(3.4e38f), _CMP_LT_OQ);
-    const __m512 r1 = _mm512_maskz_sub_ps(finite, v, fh);
-    const __m256i mid = to_bf16(r1);
-    _mm256_mask_storeu_epi16(dst + part_stride + i, mask, mid);
-    _mm256_mask_storeu_epi16(dst + 2 * part_stride + i, mask, to_bf16(_mm512_sub_ps(r1, from_bf16(mid))));
-  }
-}
-
-#pragma GCC pop_options
 
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
