@@ -85,8 +85,12 @@ void gemm_bf16_onednn(const float* x, std::int64_t ldx, std::int64_t m, const bf
   if (!onednn_available()) throw std::logic_error("dense::gemm_bf16_onednn: no AVX512-BF16 on this CPU");
   thread_local context ctx;
   const dnnl::memory wei({{k, n}, dt::bf16, tag::ba}, ctx.eng, const_cast<bf16_t*>(w));
-  for (std::int64_t t0 = 0; t0 < m; t0 += pass_tokens) {
-    const std::int64_t mt = std::min(pass_tokens, m - t0), part = mt * k;
+  // Even passes of at most pass_tokens: oneDNN computes a 1-token call (and likely other small
+  // ones) by another kernel with other bits, so a 513-token prompt must not end in a 1-token pass.
+  // Passes are then at least 257 tokens when there are several, and callers send more than 64.
+  const std::int64_t passes = (m + pass_tokens - 1) / pass_tokens, per = (m + passes - 1) / passes;
+  for (std::int64_t t0 = 0; t0 < m; t0 += per) {
+    const std::int64_t mt = std::min(per, m - t0), part = mt * k;
     ctx.parts.resize(static_cast<std::size_t>(splits * part));
     bf16_t* parts = ctx.parts.data();
     const float* xt = x + t0 * ldx;

@@ -15,7 +15,8 @@
 // The token count is a run-time dimension of the cached primitives (oneDNN's jit gemm, as fast
 // here as its brgemm kernels: 700–980 GFLOP/s at 64–512 tokens), so one primitive per weight
 // shape serves every prompt length — compiled primitives per token count cost 0.2–13 ms each
-// and ~0.5 s on a first 512-token prompt of the test checkpoint. Tokens go in passes of 512.
+// and ~0.5 s on a first 512-token prompt of the test checkpoint. Tokens go in even passes of at
+// most 512.
 // Threading: oneDNN's own OpenMP regions on the kernel pool's threads (omp_get_max_threads()).
 
 #include <cstdint>
@@ -29,6 +30,8 @@ namespace k3::dense::detail {
 [[nodiscard]] bool onednn_available() noexcept;
 
 /// y[t, r] = Σ_k x[t, k] · w[r, k] for t < m, r < n; splits 3 (fp32 activations) or 1 (bf16).
+/// A token's result does not depend on m for m > 64 (gemm_bf16 sends only prefill here; oneDNN
+/// computes a 1-token call by another kernel, with other bits).
 /// REQUIRES onednn_available(), m, n, k ≥ 1, ldx ≥ k, ldy ≥ n.
 void gemm_bf16_onednn(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n,
                       std::int64_t k, float* y, std::int64_t ldy, int splits);

@@ -14,6 +14,7 @@
 #include "kernels/common/blas_core.hpp"
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/dense/dense_gemm.hpp"
+#include "kernels/dense/gemm_bf16_onednn.hpp"
 #include "tests/support/test_util.hpp"
 
 using namespace k3;
@@ -148,6 +149,39 @@ TEST_CASE("dense gemm_bf16_multi gives each output gemm_bf16's bits, whatever th
         }
         omp_set_num_threads(threads);
       }
+}
+
+TEST_CASE("dense: oneDNN prefill gives a token the same bits whatever the token count", "[dense]") {
+  // The oneDNN route (AMD Zen 4/5) compiles one primitive per weight shape with the token count
+  // a run-time dimension; for the prefill sizes gemm_bf16 sends it (more than 64 tokens) a row's
+  // result must not depend on how many tokens share the call, nor on how the call is cut into
+  // passes of at most 512 (600 → 300 + 300, 513 → 257 + 256). fp32 activations (three parts) and
+  // bf16; odd n and k.
+  if (!dense::detail::onednn_available()) {
+    WARN("oneDNN prefill route not taken on this CPU/build: not exercised");
+    return;
+  }
+  test::rng r(909);
+  const std::int64_t n = 37, k = 301;
+  const auto [wb, wr] = random_bf16(r, n * k);
+  const auto x = r.normals(600 * k);
+  for (int splits : {3, 1}) {
+    std::vector<float> all(600 * n);
+    dense::detail::gemm_bf16_onednn(x.data(), k, 600, wb.data(), n, k, all.data(), n, splits);
+    for (std::int64_t m : {65, 130, 513}) {
+      std::vector<float> y(m * n);
+      dense::detail::gemm_bf16_onednn(x.data(), k, m, wb.data(), n, k, y.data(), n, splits);
+      INFO("splits=" << splits << " m=" << m);
+      REQUIRE(std::memcmp(y.data(), all.data(), sizeof(float) * m * n) == 0);
+    }
+    // The last 100 tokens (inside the second pass above) as a call of their own.
+    std::vector<float> tail(100 * n);
+    dense::detail::gemm_bf16_onednn(x.data() + 500 * k, k, 100, wb.data(), n, k, tail.data(), n, splits);
+    CHECK(std::memcmp(tail.data(), all.data() + 500 * n, sizeof(float) * 100 * n) == 0);
+    std::vector<float> xr(x.begin(), x.begin() + 65 * k);
+    if (splits == 1) round_bf16_rows(x.data(), k, 65, k, xr.data());
+    check_ref(xr, k, 65, wr, n, k, all, n);
+  }
 }
 
 TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rounded activations", "[dense]") {
