@@ -1,5 +1,6 @@
 // Dense MLP and the (latent) MoE with shared experts (spec §8, §9).
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "kernels/common/bf16.hpp"
@@ -93,15 +94,14 @@ void moe_forward(const model_config& c, const moe_weights& w, const float* x, st
   float* sg = Is ? ws.get(workspace::ffn_gate, n * Is) : nullptr;
   float* su = Is ? ws.get(workspace::ffn_up, n * Is) : nullptr;
   {
-    std::vector<dense_target> in;
-    in.reserve(4);
-    in.push_back({&w.gate, logits, E});
-    if (lat) in.push_back({&w.latent_down, lat, X});
+    dense_target in[4] = {{&w.gate, logits, E}};
+    std::size_t count = 1;
+    if (lat) in[count++] = {&w.latent_down, lat, X};
     if (Is) {
-      in.push_back({&w.shared.gate, sg, Is});
-      in.push_back({&w.shared.up, su, Is});
+      in[count++] = {&w.shared.gate, sg, Is};
+      in[count++] = {&w.shared.up, su, Is};
     }
-    matmul_shared_input(x, Hd, n, in);
+    matmul_shared_input(x, Hd, n, std::span(in, count));
   }
   ws.ids.resize(static_cast<std::size_t>(n * k));
   ws.weights.resize(static_cast<std::size_t>(n * k));

@@ -22,7 +22,7 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
   // Every projection of the layer input in one call (one fork/join at decode); the low-rank
   // output gate's first half reuses f's buffer, so it waits for f_b below.
   {
-    dense_target in[6] = {{&w.q, q, P}, {&w.k, k, P}, {&w.v, v, P}, {&w.f_a, f, hd}, {&w.b, beta, H}, {&w.g, og, P}};
+    const dense_target in[6] = {{&w.q, q, P}, {&w.k, k, P}, {&w.v, v, P}, {&w.f_a, f, hd}, {&w.b, beta, H}, {&w.g, og, P}};
     matmul_shared_input(x, Hd, n, std::span(in, c.full_rank_gate ? 6 : 5));
   }
 
@@ -89,13 +89,9 @@ void mla_forward(const model_config& c, const mla_weights& w, int slot, const ba
   float* gate = c.mla_output_gate ? ws.get(workspace::gate, n * H * V) : nullptr;
   // The projections of the layer input in one call (one fork/join at decode).
   {
-    std::vector<dense_target> in;
-    in.reserve(3);
-    if (qa) in.push_back({&w.q_a, qa, c.q_lora_rank});
-    else in.push_back({&w.q, q, H * qd});
-    in.push_back({&w.kv_a, ckv, W});
-    if (gate) in.push_back({&w.g, gate, H * V});
-    matmul_shared_input(x, Hd, n, in);
+    const dense_target in[3] = {qa ? dense_target{&w.q_a, qa, c.q_lora_rank} : dense_target{&w.q, q, H * qd},
+                                {&w.kv_a, ckv, W}, {&w.g, gate, H * V}};
+    matmul_shared_input(x, Hd, n, std::span(in, gate ? 3 : 2));
   }
   if (qa) {
     ops::rms_norm(qa, w.q_a_norm.data(), low_rank_eps, n, c.q_lora_rank, qa);

@@ -31,18 +31,18 @@ void dense_weight::matmul(const float* x, std::int64_t ldx, std::int64_t m, floa
 
 void matmul_shared_input(const float* x, std::int64_t ldx, std::int64_t m, std::span<const dense_target> targets) {
   if (m <= 0) return;
-  // Fused groups: bf16 weights by activation precision (the router keeps fp32 activations when
-  // the rest use bf16); fp32 weights one by one.
-  for (activations a : {activations::fp32, activations::bf16, activations::int8}) {
-    std::vector<dense::bf16_output> outs;
-    std::int64_t k = -1;
+  // One fused call per activation precision of the bf16 weights (the router keeps fp32
+  // activations when the rest use bf16; dense kernels treat int8 as fp32); fp32 weights one by one.
+  std::vector<dense::bf16_output> outs;
+  outs.reserve(targets.size());
+  for (const activations a : {activations::fp32, activations::bf16}) {
+    outs.clear();
     for (const dense_target& t : targets) {
-      if (!t.w->bf16 || t.w->act != a) continue;
-      if (k >= 0 && t.w->cols != k) throw std::invalid_argument("matmul_shared_input: weights of different widths");
-      k = t.w->cols;
+      if (!t.w->bf16 || (t.w->act == activations::bf16) != (a == activations::bf16)) continue;
+      if (t.w->cols != targets[0].w->cols) throw std::invalid_argument("matmul_shared_input: weights of different widths");
       outs.push_back({t.w->bf16, t.w->rows, t.y, t.ldy});
     }
-    if (!outs.empty()) dense::gemm_bf16_multi(x, ldx, m, k, outs, a);
+    if (!outs.empty()) dense::gemm_bf16_multi(x, ldx, m, targets[0].w->cols, outs, a);
   }
   for (const dense_target& t : targets)
     if (!t.w->bf16) t.w->matmul(x, ldx, m, t.y, t.ldy);
