@@ -38,6 +38,94 @@ void fill(std::uint8_t* p, std::int64_t n, bool scales) {
   });
 }
 
+// The routed experts of the README's test checkpoint (latent 768 → inter 576, 9 MoE layers of
+// 256 experts) as its decode steps call them: batch 1 (8 experts of one token per layer) and
+// batch 16 (128 token-expert pairs per layer over ~98 distinct experts, 1-3 tokens each, the
+// spread `k3 bench model` sees), w1, w3 then w2 per layer as run_experts does, vs a streaming
+// read of the same bytes. Enough layers are laid out to exceed the last-level cache.
+void model_shapes(double gib, double seconds) {
+  constexpr std::int64_t X = 768, I = 576;
+  const std::int64_t per_expert = 2 * mxfp4::matrix_view{nullptr, nullptr, I, X}.bytes()
+                                  + mxfp4::matrix_view{nullptr, nullptr, X, I}.bytes();
+  // Token counts of one batch-16 layer: 128 pairs over 98 experts.
+  std::vector<int> b16(98, 1);
+  for (int i = 0; i < 22; ++i) b16[static_cast<std::size_t>(i * 4)] = 2;
+  for (int i = 0; i < 4; ++i) b16[static_cast<std::size_t>(i * 4 + 2)] = 3;
+  struct pattern {
+    const char* name;
+    std::vector<int> tokens; // per expert of a layer
+  };
+  const pattern patterns[] = {{"batch 1 (8 x 1 token)", std::vector<int>(8, 1)}, {"batch 16 (98 experts, 1-3)", b16}};
+  for (const pattern& pat : patterns) {
+    const auto per_layer = static_cast<std::int64_t>(pat.tokens.size());
+    const std::int64_t layers = std::max<std::int64_t>(
+        2, static_cast<std::int64_t>(gib * (1ll << 30) / static_cast<double>(per_layer * per_expert)));
+    const std::int64_t n_experts = layers * per_layer;
+    const std::int64_t packed_bytes = n_experts * 3 * I * X / 2, scale_bytes = n_experts * 3 * I * X / 32;
+    std::vector<std::uint8_t> packed(static_cast<std::size_t>(packed_bytes)), scales(static_cast<std::size_t>(scale_bytes));
+    fill(packed.data(), packed_bytes, false);
+    fill(scales.data(), scale_bytes, true);
+    std::vector<expert> ex(static_cast<std::size_t>(n_experts));
+    const std::uint8_t* p = packed.data();
+    const std::uint8_t* s = scales.data();
+    auto take = [&](std::int64_t rows, std::int64_t cols) {
+      mxfp4::matrix_view v{p, s, rows, cols};
+      p += rows * cols / 2;
+      s += rows * cols / 32;
+      return v;
+    };
+    for (auto& e : ex) {
+      e.w1 = take(I, X);
+      e.w3 = take(I, X);
+      e.w2 = take(X, I);
+    }
+    std::int64_t rows = 0;
+    for (int n : pat.tokens) rows += n;
+    std::vector<float> x(static_cast<std::size_t>(rows * X)), h(static_cast<std::size_t>(rows * I)),
+        y1(static_cast<std::size_t>(rows * I)), y3(y1.size()), y2(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11 * static_cast<double>(i));
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.07 * static_cast<double>(i));
+    const double bytes = static_cast<double>(packed_bytes + scale_bytes);
+    std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {{packed.data(), packed_bytes},
+                                                                         {scales.data(), scale_bytes}};
+    volatile std::uint64_t sink = 0;
+    std::printf("\nexperts of the README's test checkpoint (w1/w3 %lldx%lld, w2 %lldx%lld), %s per layer, "
+                "%lld layers = %.0f MB, %d threads\n",
+                (long long)I, (long long)X, (long long)X, (long long)I, pat.name, (long long)layers, bytes / 1e6,
+                kernel_threads());
+    table t({{"activations", 12}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"us/layer", 9}});
+    for (const auto act : {mxfp4::activations::fp32, mxfp4::activations::bf16, mxfp4::activations::int8}) {
+      if (act == mxfp4::activations::bf16 && !bf16_dot_available()) continue;
+      if (act == mxfp4::activations::int8 && !int8_dot_available() && active_isa() != isa::avx2) continue;
+      std::vector<mxfp4::expert_segment> s1, s3, s2;
+      auto pass = [&] {
+        for (std::int64_t l = 0; l < layers; ++l) {
+          s1.clear();
+          s3.clear();
+          s2.clear();
+          std::int64_t r = 0;
+          for (std::int64_t j = 0; j < per_layer; ++j) {
+            const auto& e = ex[static_cast<std::size_t>(l * per_layer + j)];
+            const std::int64_t n = pat.tokens[static_cast<std::size_t>(j)];
+            s1.push_back({e.w1, r, r + n});
+            s3.push_back({e.w3, r, r + n});
+            s2.push_back({e.w2, r, r + n});
+            r += n;
+          }
+          mxfp4::grouped_gemm(x.data(), X, s1, y1.data(), I, act);
+          mxfp4::grouped_gemm(x.data(), X, s3, y3.data(), I, act);
+          mxfp4::grouped_gemm(h.data(), I, s2, y2.data(), X, act);
+        }
+      };
+      pass();
+      const auto [tk, ts] = time_pair(pass, [&] { sink = sink + stream_read(regions); }, 2 * seconds);
+      const char* label = act == mxfp4::activations::fp32 ? "fp32" : act == mxfp4::activations::bf16 ? "bf16" : "int8";
+      t.row({label, fmt(bytes / tk / 1e9), fmt(bytes / ts / 1e9), fmt(ts / tk), fmt(tk * 1e6 / static_cast<double>(layers), 1)});
+    }
+    (void)sink;
+  }
+}
+
 } // namespace
 
 int run_mxfp4_bench(const kernel_bench_options& opts) {
@@ -161,6 +249,7 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
            fmt(gs), fmt(gk / gs), fmt(gemvs, 0), fmt(flops / tk / 1e9, 1)});
   }
   (void)sink;
+  model_shapes(gib, opts.min_seconds);
   return 0;
 }
 

@@ -183,7 +183,7 @@ void grouped_q8_avx2(const float* x, std::int64_t ldx, std::int64_t x_rows, std:
     if (n <= detail::q8_avx2_max_tokens)
       detail::q8_gemv_avx2(vec + first[it.seg], static_cast<int>(n), s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
     else
-      detail::gemm_rows_avx2(xr + s.begin * cols, cols, n, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+      detail::gemm_rows_avx2(xr + s.begin * cols, cols, n, s.w, it.r0, it.r1, y + s.begin * ldy, ldy, {});
   });
 }
 
@@ -266,10 +266,76 @@ void grouped_amx(const float* x, std::int64_t ldx, std::int64_t x_rows, std::spa
         detail::gemm_rows_amx(xs + offset[it.seg], splits, (n + 15) / 16 * 16 * nb * 32, n, s.w, it.r0, it.r1,
                               y + s.begin * ldy, ldy, sp, ap);
       } else {
-        fn(xf + s.begin * ldf, ldf, n, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+        fn(xf + s.begin * ldf, ldf, n, s.w, it.r0, it.r1, y + s.begin * ldy, ldy, {});
       }
     });
   }
+}
+
+// Decode-sized grouped calls: at most this many tokens in every segment (the lane-per-column
+// kernels; the AVX-512 fp32 kernel puts 7+ tokens in the lanes).
+constexpr std::int64_t chain_max_tokens = 6;
+
+// A decode-sized grouped call with each pool thread on one contiguous run of the call's rows
+// (segments in order), every kernel call told where the thread's next rows start so its
+// prefetch runs on into them (detail::next_rows). Dynamic (segment, row-tile) items left each
+// expert matrix to start cold — the README's test checkpoint has 235 KB matrices, and their
+// first 16 KB were read at DRAM latency. Runs are weighted by rows × (tokens + 3) (a row's
+// decode costs about three tokens' multiply-adds) and cut at 4-row boundaries, so every row's
+// result is the one the dynamic route gives (each row is summed alone, in column order).
+void grouped_chained(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
+                     std::int64_t ldy, detail::gemm_rows_fn fn, std::int64_t work) {
+  const auto ns = static_cast<std::int64_t>(segments.size());
+  auto tokens = [&](std::int64_t i) { return segments[static_cast<std::size_t>(i)].end - segments[static_cast<std::size_t>(i)].begin; };
+  auto rows = [&](std::int64_t i) { return tokens(i) > 0 ? segments[static_cast<std::size_t>(i)].w.rows : 0; };
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < ns; ++i) total += rows(i) * (tokens(i) + 3);
+  struct pos {
+    std::int64_t seg, row;
+  };
+  // Where thread i of nt starts: the segment and 4-row boundary nearest total · i / nt.
+  auto bound = [&](int i, int nt) -> pos {
+    if (i >= nt) return {ns, 0};
+    const std::int64_t g = total * i / nt;
+    std::int64_t acc = 0;
+    for (std::int64_t s = 0; s < ns; ++s) {
+      const std::int64_t c = tokens(s) + 3, here = rows(s) * c;
+      if (g < acc + here) return {s, std::min(((g - acc) / c + 2) / 4 * 4, rows(s))};
+      acc += here;
+    }
+    return {ns, 0};
+  };
+  auto run = [&](pos a, pos b) {
+    // Pieces [a, b) in order; each call gets the next non-empty piece's start.
+    auto piece = [&](std::int64_t s, std::int64_t& r0, std::int64_t& r1) {
+      r0 = s == a.seg ? a.row : 0;
+      r1 = s == b.seg ? b.row : rows(s);
+      return r0 < r1;
+    };
+    std::int64_t s = a.seg, r0 = 0, r1 = 0;
+    while (s < ns && (s < b.seg || (s == b.seg && b.row > 0)) && !piece(s, r0, r1)) ++s;
+    while (s < ns && (s < b.seg || (s == b.seg && r0 < b.row))) {
+      std::int64_t n = s + 1, q0 = 0, q1 = 0;
+      while (n < ns && (n < b.seg || (n == b.seg && b.row > 0)) && !piece(n, q0, q1)) ++n;
+      const bool more = n < ns && (n < b.seg || (n == b.seg && b.row > 0));
+      detail::next_rows next;
+      if (more) {
+        const matrix_view& nw = segments[static_cast<std::size_t>(n)].w;
+        next = {nw.packed + q0 * (nw.cols / 2), nw.scales + q0 * (nw.cols / block_size)};
+      }
+      const expert_segment& sg = segments[static_cast<std::size_t>(s)];
+      fn(x + sg.begin * ldx, ldx, sg.end - sg.begin, sg.w, r0, r1, y + sg.begin * ldy, ldy, next);
+      if (!more) break;
+      s = n;
+      r0 = q0;
+      r1 = q1;
+    }
+  };
+  if (work < min_parallel_work) {
+    run({0, 0}, {ns, 0});
+    return;
+  }
+  parallel_threads([&](int ti, int nt) { run(bound(ti, nt), bound(ti + 1, nt)); });
 }
 
 } // namespace
@@ -280,7 +346,7 @@ void gemm_rows(const float* x, std::int64_t ldx, std::int64_t m, const matrix_vi
   row_begin = std::max<std::int64_t>(0, row_begin);
   row_end = std::min(row_end, w.rows);
   if (m == 0 || row_end <= row_begin) return;
-  select()(x, ldx, m, w, row_begin, row_end, y, ldy);
+  select()(x, ldx, m, w, row_begin, row_end, y, ldy, {});
 }
 
 void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, float* y, std::int64_t ldy,
@@ -303,19 +369,20 @@ void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w
   const std::int64_t tile = row_tile(w.rows, m);
   const std::int64_t tiles = (w.rows + tile - 1) / tile;
   parallel_for_work(tiles, m * w.rows * w.cols, [&](std::int64_t t) {
-    fn(x, ldx, m, w, t * tile, std::min(w.rows, (t + 1) * tile), y, ldy);
+    fn(x, ldx, m, w, t * tile, std::min(w.rows, (t + 1) * tile), y, ldy, {});
   });
 }
 
 void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
                   std::int64_t ldy, activations a) {
   std::vector<item> items;
-  std::int64_t total_rows = 0, x_rows = 0;
+  std::int64_t total_rows = 0, x_rows = 0, max_tokens = 0;
   for (const auto& s : segments) {
     if (s.end < s.begin) throw std::invalid_argument("mxfp4::grouped_gemm: segment end < begin");
     check(x, ldx, s.end - s.begin, s.w, y, ldy, "mxfp4::grouped_gemm");
     if (s.end > s.begin) total_rows += s.w.rows;
     x_rows = std::max(x_rows, s.end);
+    max_tokens = std::max(max_tokens, s.end - s.begin);
   }
   if (total_rows == 0) return;
   const std::int64_t threads = kernel_threads();
@@ -336,7 +403,10 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     grouped_q8_avx2(x, ldx, x_rows, segments, items, y, ldy);
     return;
   }
-  if ((a == activations::fp32 || a == activations::bf16) && amx_bf16_available() && cols <= amx_max_cols) {
+  // Decode-sized calls keep the streaming kernels on AMX CPUs too (below amx_min_tokens the AMX
+  // route runs them anyway); the chained route below is their faster form.
+  if ((a == activations::fp32 || a == activations::bf16) && amx_bf16_available() && cols <= amx_max_cols &&
+      max_tokens >= amx_min_tokens) {
     grouped_amx(x, ldx, x_rows, segments, y, ldy, a);
     return;
   }
@@ -356,10 +426,14 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
   }
   std::int64_t work = 0;
   for (const auto& s : segments) work += (s.end - s.begin) * s.w.rows * s.w.cols;
+  if (max_tokens <= chain_max_tokens) {
+    grouped_chained(x, ldx, segments, y, ldy, fn, work);
+    return;
+  }
   parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];
-    fn(x + s.begin * ldx, ldx, s.end - s.begin, s.w, it.r0, it.r1, y + s.begin * ldy, ldy);
+    fn(x + s.begin * ldx, ldx, s.end - s.begin, s.w, it.r0, it.r1, y + s.begin * ldy, ldy, {});
   });
 }
 

@@ -80,18 +80,27 @@ void gemm_rows_amx(const bf16_t* xs, int splits, std::int64_t split_stride, std:
 /// Scale exponents the AMX decode keeps exact (scaled E2M1 values stay normal bf16).
 constexpr std::uint8_t amx_min_scale = 2, amx_max_scale = 252;
 [[nodiscard]] bool amx_scales_ok(const matrix_view& w, std::int64_t r0, std::int64_t r1) noexcept;
+/// Where the calling thread's next rows start (their packed and scale bytes). A kernel's software
+/// prefetch runs this far ahead of its reads; near the end of its own rows it walks on into
+/// these instead of the bytes that follow in memory (another expert's, usually), so a thread
+/// moving through many small expert matrices never starts one cold. Null: no next rows known.
+/// Prefetching only — results never depend on it.
+struct next_rows {
+  const std::uint8_t* packed = nullptr;
+  const std::uint8_t* scales = nullptr;
+};
 // Per-ISA serial kernels (same contract as gemm_rows; m ≥ 1, shapes already checked).
 using gemm_rows_fn = void (*)(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t,
-                              std::int64_t, float*, std::int64_t);
+                              std::int64_t, float*, std::int64_t, const next_rows&);
 void gemm_rows_scalar(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
-                      float*, std::int64_t);
+                      float*, std::int64_t, const next_rows&);
 void gemm_rows_avx2(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
-                    float*, std::int64_t);
+                    float*, std::int64_t, const next_rows&);
 void gemm_rows_avx512(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
-                      float*, std::int64_t);
+                      float*, std::int64_t, const next_rows&);
 /// bf16 activations (see activations::bf16); REQUIRES cols % 64 == 0 and AVX512-BF16.
 void gemm_rows_avx512bf16(const float*, std::int64_t, std::int64_t, const matrix_view&, std::int64_t, std::int64_t,
-                          float*, std::int64_t);
+                          float*, std::int64_t, const next_rows&);
 } // namespace detail
 
 } // namespace k3::mxfp4

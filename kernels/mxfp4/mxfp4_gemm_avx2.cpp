@@ -282,7 +282,8 @@ namespace k3::mxfp4::detail {
 constexpr std::int64_t bcast_min_tokens = 6;
 
 void gemm_rows_avx2(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
-                    std::int64_t r1, float* y, std::int64_t ldy) {
+                    std::int64_t r1, float* y, std::int64_t ldy,
+                    const next_rows& /*next: the fixed-distance prefetch stays*/) {
   constexpr int max_tg = 4;
   std::int64_t t0 = 0;
   if (m >= bcast_min_tokens) {

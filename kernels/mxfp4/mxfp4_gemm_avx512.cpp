@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/mxfp4/prefetch_chain.hpp"
 
 #include <immintrin.h>
 
@@ -48,9 +49,11 @@ void deinterleave512(const float* x, std::int64_t ldx, int tg, std::int64_t cols
 }
 
 // R rows x TG tokens. xs: de-interleaved tokens (stride 2*half); luts: 256 scaled E2M1 tables.
+// pf_packed / pf_scales: where this group's software prefetch starts (see prefetch_chain).
 template <int R, int TG>
 void micro512(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t row_bytes, std::int64_t nb,
-              const float* luts, const float* xs, std::int64_t half, float* y, std::int64_t ldy) {
+              const float* luts, const float* xs, std::int64_t half, float* y, std::int64_t ldy,
+              const std::uint8_t* pf_packed, const std::uint8_t* pf_scales) {
   // Lane 4L+j takes byte 4j+L of the broadcast 16-byte block (shift dword j right by 8L);
   // the activations were permuted to match in deinterleave512.
   const __m512i lane_shift = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
@@ -59,15 +62,12 @@ void micro512(const std::uint8_t* packed, const std::uint8_t* scales, std::int64
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t)
       for (int a = 0; a < A; ++a) acc[r][t][a] = _mm512_setzero_ps();
-  // Software prefetch two row groups ahead: the next groups are contiguous (R·nb·16 bytes), so
-  // one cache line per block iteration covers them exactly when R = 4. Without it a single
-  // core reaches only ~1/3 of the streaming-read bandwidth from DRAM.
-  // The distance is at least 2 groups and at least ~16 KiB: short rows (1024 columns = 512 B)
-  // would otherwise prefetch only ~4 KiB ahead, less than DRAM latency × per-core bandwidth.
-  const std::int64_t group = R * row_bytes;
-  const std::uint8_t* ahead = packed + std::max<std::int64_t>(2, (16384 + group - 1) / group) * group;
+  // The scale bytes a group ahead (R·nb bytes), then one line of packed bytes per block
+  // iteration: R·16 bytes are consumed per iteration, so with R = 4 the prefetch walks exactly
+  // one group per group read.
+  for (std::int64_t o = 0; o < R * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf_scales + o), _MM_HINT_T0);
   for (std::int64_t b = 0; b < nb; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + b * 16 * R), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pf_packed + b * 16 * R), _MM_HINT_T0);
     __m512 xe[TG], xo[TG];
     for (int t = 0; t < TG; ++t) {
       xe[t] = _mm512_loadu_ps(xs + t * 2 * half + b * 16);
@@ -98,27 +98,29 @@ void micro512(const std::uint8_t* packed, const std::uint8_t* scales, std::int64
 
 template <int TG>
 void rows512(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float* xs, const float* luts, float* y,
-             std::int64_t ldy) {
+             std::int64_t ldy, const next_rows& next) {
   constexpr int R = TG <= 4 ? 4 : 2;
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, half = w.cols / 2;
+  const prefetch_chain pf(w, r0, r1, R, next);
   std::int64_t r = r0;
   for (; r + R <= r1; r += R)
-    micro512<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xs, half, y + r, ldy);
-  for (; r < r1; ++r) micro512<1, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xs, half, y + r, ldy);
+    micro512<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xs, half, y + r, ldy, pf.packed(r), pf.scales(r));
+  for (; r < r1; ++r)
+    micro512<1, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xs, half, y + r, ldy, pf.packed(r), pf.scales(r));
 }
 
 void tile512(const float* x, std::int64_t ldx, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1,
-             float* y, std::int64_t ldy, float* xs, const float* luts) {
+             float* y, std::int64_t ldy, float* xs, const float* luts, const next_rows& next) {
   deinterleave512(x, ldx, tg, w.cols, xs);
   switch (tg) {
-    case 1: rows512<1>(w, r0, r1, xs, luts, y, ldy); break;
-    case 2: rows512<2>(w, r0, r1, xs, luts, y, ldy); break;
-    case 3: rows512<3>(w, r0, r1, xs, luts, y, ldy); break;
-    case 4: rows512<4>(w, r0, r1, xs, luts, y, ldy); break;
-    case 5: rows512<5>(w, r0, r1, xs, luts, y, ldy); break;
-    case 6: rows512<6>(w, r0, r1, xs, luts, y, ldy); break;
-    case 7: rows512<7>(w, r0, r1, xs, luts, y, ldy); break;
-    default: rows512<8>(w, r0, r1, xs, luts, y, ldy); break;
+    case 1: rows512<1>(w, r0, r1, xs, luts, y, ldy, next); break;
+    case 2: rows512<2>(w, r0, r1, xs, luts, y, ldy, next); break;
+    case 3: rows512<3>(w, r0, r1, xs, luts, y, ldy, next); break;
+    case 4: rows512<4>(w, r0, r1, xs, luts, y, ldy, next); break;
+    case 5: rows512<5>(w, r0, r1, xs, luts, y, ldy, next); break;
+    case 6: rows512<6>(w, r0, r1, xs, luts, y, ldy, next); break;
+    case 7: rows512<7>(w, r0, r1, xs, luts, y, ldy, next); break;
+    default: rows512<8>(w, r0, r1, xs, luts, y, ldy, next); break;
   }
 }
 
@@ -215,7 +217,7 @@ const float* scaled_luts() {
 } // namespace
 
 void gemm_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
-                      std::int64_t r1, float* y, std::int64_t ldy) {
+                      std::int64_t r1, float* y, std::int64_t ldy, const next_rows& next) {
   constexpr int max_tg = 8;
   const float* luts = scaled_luts();
   std::int64_t t0 = 0;
@@ -244,7 +246,7 @@ void gemm_rows_avx512(const float* x, std::int64_t ldx, std::int64_t m, const ma
   xs.resize(static_cast<std::size_t>(max_tg * w.cols));
   for (; t0 < m; t0 += max_tg) {
     const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
-    tile512(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data(), luts);
+    tile512(x + t0 * ldx, ldx, tg, w, r0, r1, y + t0 * ldy, ldy, xs.data(), luts, next);
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "kernels/common/bf16.hpp"
 #include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/mxfp4/prefetch_chain.hpp"
 
 #include <immintrin.h>
 
@@ -34,16 +35,18 @@ namespace {
 // R rows × TG tokens over every 64-column span. xb: [TG][spans][64] bf16 (32 even, 32 odd).
 template <int R, int TG>
 void micro_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t row_bytes, std::int64_t nb,
-                const std::uint16_t* luts, const std::uint16_t* xb, std::int64_t spans, float* y, std::int64_t ldy, int tokens) {
+                const std::uint16_t* luts, const std::uint16_t* xb, std::int64_t spans, float* y, std::int64_t ldy, int tokens,
+                const std::uint8_t* pf_packed, const std::uint8_t* pf_scales) {
   const __m512i off = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
   const __m512i low4 = _mm512_set1_epi16(0x0F);
   __m512 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
-  const std::int64_t group = R * row_bytes;
-  const std::uint8_t* ahead = packed + std::max<std::int64_t>(2, (16384 + group - 1) / group) * group;
+  // The group's scale bytes a prefetch distance ahead, then one line of packed bytes per R·32
+  // bytes consumed (prefetch_chain).
+  for (std::int64_t o = 0; o < R * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf_scales + o), _MM_HINT_T0);
   for (std::int64_t s = 0; s < spans; ++s) {
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + s * 32 * R), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pf_packed + s * 32 * R), _MM_HINT_T0);
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* p = packed + r * row_bytes + s * 32;
       const std::uint8_t* sc = scales + r * nb + 2 * s;
@@ -68,22 +71,27 @@ void micro_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int
 
 template <int R, int TG>
 void rows_bf16(const matrix_view& w, std::int64_t r0, std::int64_t r1, const std::uint16_t* xb, const std::uint16_t* luts,
-               float* y, std::int64_t ldy, int tokens) {
+               float* y, std::int64_t ldy, int tokens, const next_rows& next) {
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, spans = w.cols / 64;
+  const prefetch_chain pf(w, r0, r1, R, next);
   std::int64_t r = r0;
-  for (; r + R <= r1; r += R) micro_bf16<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens);
-  for (; r < r1; ++r) micro_bf16<1, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens);
+  for (; r + R <= r1; r += R)
+    micro_bf16<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens, pf.packed(r),
+                      pf.scales(r));
+  for (; r < r1; ++r)
+    micro_bf16<1, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens, pf.packed(r),
+                      pf.scales(r));
 }
 
 } // namespace
 
 void tile_bf16(const std::uint16_t* xb, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,
-               std::int64_t ldy, const std::uint16_t* luts) {
-  if (tg <= 1) rows_bf16<4, 1>(w, r0, r1, xb, luts, y, ldy, tg);
-  else if (tg <= 2) rows_bf16<4, 2>(w, r0, r1, xb, luts, y, ldy, tg);
-  else if (tg <= 4) rows_bf16<4, 4>(w, r0, r1, xb, luts, y, ldy, tg);
-  else if (tg <= 8) rows_bf16<2, 8>(w, r0, r1, xb, luts, y, ldy, tg);
-  else rows_bf16<1, 16>(w, r0, r1, xb, luts, y, ldy, tg);
+               std::int64_t ldy, const std::uint16_t* luts, const next_rows& next) {
+  if (tg <= 1) rows_bf16<4, 1>(w, r0, r1, xb, luts, y, ldy, tg, next);
+  else if (tg <= 2) rows_bf16<4, 2>(w, r0, r1, xb, luts, y, ldy, tg, next);
+  else if (tg <= 4) rows_bf16<4, 4>(w, r0, r1, xb, luts, y, ldy, tg, next);
+  else if (tg <= 8) rows_bf16<2, 8>(w, r0, r1, xb, luts, y, ldy, tg, next);
+  else rows_bf16<1, 16>(w, r0, r1, xb, luts, y, ldy, tg, next);
 }
 
 } // namespace k3::mxfp4::detail
@@ -115,7 +123,7 @@ const std::uint16_t* bf16_luts() {
 } // namespace
 
 void gemm_rows_avx512bf16(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
-                          std::int64_t r1, float* y, std::int64_t ldy) {
+                          std::int64_t r1, float* y, std::int64_t ldy, const next_rows& next) {
   // Token tiles of up to 16, each row decoded once per tile. (Tiles of 4, whose activations
   // stay in L1, and column chunks measured no faster on a Sapphire Rapids-class Xeon.)
   constexpr int max_tg = 16;
@@ -141,7 +149,7 @@ void gemm_rows_avx512bf16(const float* x, std::int64_t ldx, std::int64_t m, cons
           dst[32 + i] = f32_to_bf16(src[2 * i + 1]);
         }
       }
-    tile_bf16(xb.data(), tg, w, r0, r1, y + t0 * ldy, ldy, luts);
+    tile_bf16(xb.data(), tg, w, r0, r1, y + t0 * ldy, ldy, luts, next);
   }
 }
 

@@ -4,7 +4,8 @@
 namespace k3::mxfp4::detail {
 
 void gemm_rows_scalar(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
-                      std::int64_t r1, float* y, std::int64_t ldy) {
+                      std::int64_t r1, float* y, std::int64_t ldy,
+                      const next_rows& /*next: the fixed-distance prefetch stays*/) {
   const std::int64_t nb = w.cols / block_size;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* p = w.packed + r * (w.cols / 2);

@@ -2,7 +2,11 @@
 // path the CPU offers, over odd shapes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include <omp.h>
 
 #include "kernels/common/bf16.hpp"
 #include "kernels/common/cpu_features.hpp"
@@ -200,6 +204,53 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
     INFO("isa=" << to_string(path));
     CHECK(y == want);
   }
+  set_amx_override(prev_amx);
+}
+
+TEST_CASE("mxfp4 grouped gemm, decode-sized: thread runs across many experts give each segment its own call's bits", "[mxfp4][gemm]") {
+  // Every segment ≤ 6 tokens takes the chained route (one contiguous run of rows per thread,
+  // prefetch handed on to the next expert): row counts that are not multiples of 4, empty
+  // experts, 1-6 tokens, 1-4 threads; fp32 and bf16 activations on every ISA path.
+  const std::uint64_t seed = 7;
+  INFO("seed=" << seed);
+  test::rng r(seed);
+  const std::int64_t cols = 128;
+  std::vector<packed_matrix> experts;
+  std::vector<expert_segment> segs;
+  std::int64_t total = 0, max_rows = 0;
+  for (int e = 0; e < 37; ++e) {
+    const std::int64_t rows = e % 3 == 0 ? 22 : e % 3 == 1 ? 40 : 13;
+    experts.push_back(test::random_mxfp4(r, rows, cols));
+    max_rows = std::max(max_rows, rows);
+  }
+  for (int e = 0; e < 37; ++e) {
+    const std::int64_t n = e % 7 == 3 ? 0 : 1 + (e * 5) % 6;
+    segs.push_back({matrix_view::of(experts[static_cast<std::size_t>(e)]), total, total + n});
+    total += n;
+  }
+  auto x = r.normals(total * cols);
+  const bool prev_amx = set_amx_override(false);
+  const int threads = omp_get_max_threads();
+  for (isa path : test::isa_paths())
+    for (const activations a : {activations::fp32, activations::bf16}) {
+      scoped_isa pin(path);
+      std::vector<float> want(total * max_rows, NAN);
+      for (const auto& s : segs)
+        if (s.end > s.begin) gemm(x.data() + s.begin * cols, cols, s.end - s.begin, s.w, want.data() + s.begin * max_rows, max_rows, a);
+      for (const int nt : {1, 2, 3, 4}) {
+        omp_set_num_threads(nt);
+        std::vector<float> y(total * max_rows, NAN);
+        grouped_gemm(x.data(), cols, segs, y.data(), max_rows, a);
+        INFO("isa=" << to_string(path) << " bf16=" << (a == activations::bf16) << " threads=" << nt);
+        for (const auto& s : segs)
+          for (std::int64_t t = s.begin; t < s.end; ++t)
+            for (std::int64_t row = 0; row < s.w.rows; ++row) {
+              INFO("token " << t << " row " << row);
+              REQUIRE(std::memcmp(&y[t * max_rows + row], &want[t * max_rows + row], sizeof(float)) == 0);
+            }
+      }
+      omp_set_num_threads(threads);
+    }
   set_amx_override(prev_amx);
 }
 
