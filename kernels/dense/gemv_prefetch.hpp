@@ -9,6 +9,13 @@
 // same streaming read at 2 threads and ~0.92 at 1 thread (k = 1536). The distance is one block,
 // and at least 8 KiB so that blocks of short rows (k = 64, 256) still look far enough ahead to
 // cover DRAM latency. Prefetches past the end of W are harmless (they never fault).
+// The lines go to L2 (T1), not L1: on the 2-vCPU Zen 5 the decode GEMVs of the test checkpoint
+// (`k3 bench kernels --only dense`, last table) ran 0.81/0.81/0.88 of streaming at 2 threads and
+// 0.86/0.82/0.99 at 1 with T0, against 0.92/0.94/0.84 and 0.92/0.88/0.89 with T1, the two builds
+// alternating (µs per token at 2 threads 11.7–12.4 k → 10.7–11.7 k); L1 fills from L2 on its own
+// prefetcher without 256 software prefetches in flight competing for its fill buffers. Not
+// measured on the Xeons; the MXFP4 kernels (instruction-bound) keep T0, where T1 measured no
+// better.
 
 #include <cstdint>
 
@@ -25,7 +32,7 @@ public:
       : p_(reinterpret_cast<const char*>(w) + distance(rows, k)) {}
   /// One call per 64 bytes of the block consumed.
   void line() noexcept {
-    _mm_prefetch(p_, _MM_HINT_T0);
+    _mm_prefetch(p_, _MM_HINT_T1);
     p_ += 64;
   }
 
