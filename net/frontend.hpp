@@ -89,6 +89,10 @@ public:
   server_metrics metrics;
   std::atomic<bool> draining{false};
   std::atomic<int> active{0};
+  /// Sessions with response bytes still queued for their socket. A drain waits for these too:
+  /// a request leaves `active` when its last event is handled, before its final chunk and
+  /// `data: [DONE]` are written, and stopping the I/O loop then would cut them off.
+  std::atomic<int> unflushed{0};
   bool k3;
   std::int64_t resolved_max_model_len = 4096;
 

@@ -121,8 +121,9 @@ int http_server::run() {
   bool cut = false;
   std::function<void()> poll = [&] {
     const auto now = steady::now();
-    if (c.active == 0 || now >= deadline + std::chrono::seconds(2)) {
-      std::fprintf(stderr, "k3 serve: %s, exiting\n", c.active == 0 ? "drained" : "shutdown timeout with requests in flight");
+    const bool drained = c.active == 0 && c.unflushed == 0; // answered and written out
+    if (drained || now >= deadline + std::chrono::seconds(2)) {
+      std::fprintf(stderr, "k3 serve: %s, exiting\n", drained ? "drained" : "shutdown timeout with requests in flight");
       c.ioc.stop();
       return;
     }

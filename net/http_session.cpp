@@ -316,7 +316,12 @@ private:
     if (streaming_ && !cancelled_)
       for (auto& c : chunks) write_raw(frame(sse_payload(c)));
     if (!ev.finished) return;
-    --core_.active;
+    // Leave `active` when this handler returns, after it has queued the response's last bytes
+    // (`unflushed` then holds a drain until they are written).
+    struct leave {
+      std::atomic<int>& n;
+      ~leave() { --n; }
+    } const leave_active{core_.active};
     core_.metrics.request_finished(cancelled_ ? "abort" : b.failed() ? "error" : b.finish_reason(), i == 0 ? prompt_tokens_ : 0,
                                    b.completion_tokens(), std::chrono::duration<double>(now - t0_).count());
     if (--open_ > 0) return;
@@ -347,7 +352,10 @@ private:
   void write_raw(std::string s) {
     last_write_ = steady::now();
     out_.push_back(std::move(s));
-    if (out_.size() == 1) write_next();
+    if (out_.size() == 1) {
+      ++core_.unflushed;
+      write_next();
+    }
   }
   void write_next() {
     // A client that stops reading fills the socket buffers; the write timeout then drops it.
@@ -356,11 +364,13 @@ private:
       self->out_.pop_front();
       if (ec) {
         self->out_.clear();
+        --self->core_.unflushed;
         self->disconnect();
         self->close();
         return;
       }
       if (!self->out_.empty()) return self->write_next();
+      --self->core_.unflushed;
       self->stream_.expires_never();
       self->maybe_continue();
     });

@@ -52,7 +52,10 @@ private:
   void send(std::string msg) {
     if (closed_) return;
     out_.push_back(std::move(msg));
-    if (out_.size() == 1) write_next();
+    if (out_.size() == 1) {
+      ++core_.unflushed;
+      write_next();
+    }
   }
   void write_next() {
     ws_.text(true);
@@ -61,9 +64,11 @@ private:
       if (ec) {
         self->closed_ = true;
         self->out_.clear();
+        --self->core_.unflushed;
         return;
       }
       if (!self->out_.empty()) self->write_next();
+      else --self->core_.unflushed;
     });
   }
 
