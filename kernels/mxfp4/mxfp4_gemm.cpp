@@ -305,31 +305,24 @@ void grouped_chained(const float* x, std::int64_t ldx, std::span<const expert_se
     }
     return {ns, 0};
   };
+  // Rows [a, b) segment by segment; each piece is run once the next one is known, so it can
+  // be handed the next piece's start.
   auto run = [&](pos a, pos b) {
-    // Pieces [a, b) in order; each call gets the next non-empty piece's start.
-    auto piece = [&](std::int64_t s, std::int64_t& r0, std::int64_t& r1) {
-      r0 = s == a.seg ? a.row : 0;
-      r1 = s == b.seg ? b.row : rows(s);
-      return r0 < r1;
+    std::int64_t ps = -1, p0 = 0, p1 = 0; // the piece waiting for its successor
+    auto flush = [&](const detail::next_rows& next) {
+      const expert_segment& sg = segments[static_cast<std::size_t>(ps)];
+      fn(x + sg.begin * ldx, ldx, sg.end - sg.begin, sg.w, p0, p1, y + sg.begin * ldy, ldy, next);
     };
-    std::int64_t s = a.seg, r0 = 0, r1 = 0;
-    while (s < ns && (s < b.seg || (s == b.seg && b.row > 0)) && !piece(s, r0, r1)) ++s;
-    while (s < ns && (s < b.seg || (s == b.seg && r0 < b.row))) {
-      std::int64_t n = s + 1, q0 = 0, q1 = 0;
-      while (n < ns && (n < b.seg || (n == b.seg && b.row > 0)) && !piece(n, q0, q1)) ++n;
-      const bool more = n < ns && (n < b.seg || (n == b.seg && b.row > 0));
-      detail::next_rows next;
-      if (more) {
-        const matrix_view& nw = segments[static_cast<std::size_t>(n)].w;
-        next = {nw.packed + q0 * (nw.cols / 2), nw.scales + q0 * (nw.cols / block_size)};
+    for (std::int64_t s = a.seg; s < ns && s <= b.seg; ++s) {
+      const std::int64_t r0 = s == a.seg ? a.row : 0, r1 = s == b.seg ? b.row : rows(s);
+      if (r0 >= r1) continue;
+      if (ps >= 0) {
+        const matrix_view& w = segments[static_cast<std::size_t>(s)].w;
+        flush({w.packed + r0 * (w.cols / 2), w.scales + r0 * (w.cols / block_size)});
       }
-      const expert_segment& sg = segments[static_cast<std::size_t>(s)];
-      fn(x + sg.begin * ldx, ldx, sg.end - sg.begin, sg.w, r0, r1, y + sg.begin * ldy, ldy, next);
-      if (!more) break;
-      s = n;
-      r0 = q0;
-      r1 = q1;
+      ps = s, p0 = r0, p1 = r1;
     }
+    if (ps >= 0) flush({});
   };
   if (work < min_parallel_work) {
     run({0, 0}, {ns, 0});
@@ -375,7 +368,6 @@ void gemm(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w
 
 void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
                   std::int64_t ldy, activations a) {
-  std::vector<item> items;
   std::int64_t total_rows = 0, x_rows = 0, max_tokens = 0;
   for (const auto& s : segments) {
     if (s.end < s.begin) throw std::invalid_argument("mxfp4::grouped_gemm: segment end < begin");
@@ -385,22 +377,28 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     max_tokens = std::max(max_tokens, s.end - s.begin);
   }
   if (total_rows == 0) return;
-  const std::int64_t threads = kernel_threads();
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    const auto& s = segments[i];
-    if (s.end <= s.begin || s.w.rows == 0) continue;
-    // Aim for ≥ 4 items per thread over the whole call, never tiles under 16 rows.
-    std::int64_t tile = std::max<std::int64_t>(16, total_rows / (4 * threads));
-    tile = (tile + 3) / 4 * 4;
-    for (std::int64_t r = 0; r < s.w.rows; r += tile) items.push_back({i, r, std::min(s.w.rows, r + tile)});
-  }
+  // (segment, row-tile) pool items for the routes that hand work out dynamically (not the
+  // chained decode route, which partitions rows itself).
+  auto make_items = [&] {
+    std::vector<item> items;
+    const std::int64_t threads = kernel_threads();
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      const auto& s = segments[i];
+      if (s.end <= s.begin || s.w.rows == 0) continue;
+      // Aim for ≥ 4 items per thread over the whole call, never tiles under 16 rows.
+      std::int64_t tile = std::max<std::int64_t>(16, total_rows / (4 * threads));
+      tile = (tile + 3) / 4 * 4;
+      for (std::int64_t r = 0; r < s.w.rows; r += tile) items.push_back({i, r, std::min(s.w.rows, r + tile)});
+    }
+    return items;
+  };
   const std::int64_t cols = segments.front().w.cols;
   if (a == activations::int8 && int8_dot_available()) {
-    grouped_q8(x, ldx, segments, items, y, ldy);
+    grouped_q8(x, ldx, segments, make_items(), y, ldy);
     return;
   }
   if (a == activations::int8 && active_isa() == isa::avx2) {
-    grouped_q8_avx2(x, ldx, x_rows, segments, items, y, ldy);
+    grouped_q8_avx2(x, ldx, x_rows, segments, make_items(), y, ldy);
     return;
   }
   // Decode-sized calls keep the streaming kernels on AMX CPUs too (below amx_min_tokens the AMX
@@ -430,6 +428,7 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     grouped_chained(x, ldx, segments, y, ldy, fn, work);
     return;
   }
+  const std::vector<item> items = make_items();
   parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];

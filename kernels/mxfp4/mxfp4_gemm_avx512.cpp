@@ -101,7 +101,7 @@ void rows512(const matrix_view& w, std::int64_t r0, std::int64_t r1, const float
              std::int64_t ldy, const next_rows& next) {
   constexpr int R = TG <= 4 ? 4 : 2;
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, half = w.cols / 2;
-  const prefetch_chain pf(w, r0, r1, R, next);
+  const prefetch_chain pf(w, r1, R, next);
   std::int64_t r = r0;
   for (; r + R <= r1; r += R)
     micro512<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xs, half, y + r, ldy, pf.packed(r), pf.scales(r));

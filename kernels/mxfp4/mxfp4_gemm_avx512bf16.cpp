@@ -73,7 +73,7 @@ template <int R, int TG>
 void rows_bf16(const matrix_view& w, std::int64_t r0, std::int64_t r1, const std::uint16_t* xb, const std::uint16_t* luts,
                float* y, std::int64_t ldy, int tokens, const next_rows& next) {
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, spans = w.cols / 64;
-  const prefetch_chain pf(w, r0, r1, R, next);
+  const prefetch_chain pf(w, r1, R, next);
   std::int64_t r = r0;
   for (; r + R <= r1; r += R)
     micro_bf16<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens, pf.packed(r),

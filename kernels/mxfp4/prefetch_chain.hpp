@@ -19,9 +19,9 @@ namespace k3::mxfp4::detail {
 
 class prefetch_chain {
 public:
-  prefetch_chain(const matrix_view& w, std::int64_t r0, std::int64_t r1, int group_rows, const next_rows& next) noexcept
+  /// For a call over rows [.., r1) of w read in groups of group_rows rows.
+  prefetch_chain(const matrix_view& w, std::int64_t r1, int group_rows, const next_rows& next) noexcept
       : w_(w), r1_(r1), next_(next), rb_(w.cols / 2), nb_(w.cols / block_size) {
-    (void)r0;
     const std::int64_t group = group_rows * rb_;
     ahead_ = std::max<std::int64_t>(2, (min_bytes + group - 1) / group) * group_rows;
   }
