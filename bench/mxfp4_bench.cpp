@@ -38,6 +38,37 @@ void fill(std::uint8_t* p, std::int64_t n, bool scales) {
   });
 }
 
+// n experts of w1, w3 (rows_in × cols_in) and w2 (cols_in × rows_in), laid out expert after expert in
+// one packed and one scale buffer filled with random bytes.
+struct expert_arena {
+  std::vector<std::uint8_t> packed, scales;
+  std::vector<expert> ex;
+  expert_arena(std::int64_t n, std::int64_t rows_in, std::int64_t cols_in)
+      : packed(static_cast<std::size_t>(n * 3 * rows_in * cols_in / 2)),
+        scales(static_cast<std::size_t>(n * 3 * rows_in * cols_in / 32)), ex(static_cast<std::size_t>(n)) {
+    fill(packed.data(), static_cast<std::int64_t>(packed.size()), false);
+    fill(scales.data(), static_cast<std::int64_t>(scales.size()), true);
+    const std::uint8_t* p = packed.data();
+    const std::uint8_t* s = scales.data();
+    auto take = [&](std::int64_t rows, std::int64_t cols) {
+      mxfp4::matrix_view v{p, s, rows, cols};
+      p += rows * cols / 2;
+      s += rows * cols / 32;
+      return v;
+    };
+    for (auto& e : ex) {
+      e.w1 = take(rows_in, cols_in);
+      e.w3 = take(rows_in, cols_in);
+      e.w2 = take(cols_in, rows_in);
+    }
+  }
+  [[nodiscard]] std::int64_t packed_bytes() const { return static_cast<std::int64_t>(packed.size()); }
+  [[nodiscard]] std::int64_t scale_bytes() const { return static_cast<std::int64_t>(scales.size()); }
+  [[nodiscard]] std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions() const {
+    return {{packed.data(), packed_bytes()}, {scales.data(), scale_bytes()}};
+  }
+};
+
 // The routed experts of the README's test checkpoint (latent 768 → inter 576, 9 MoE layers of
 // 256 experts) as its decode steps call them: batch 1 (8 experts of one token per layer) and
 // batch 16 (128 token-expert pairs per layer over ~98 distinct experts, 1-3 tokens each, the
@@ -60,34 +91,16 @@ void model_shapes(double gib, double seconds) {
     const auto per_layer = static_cast<std::int64_t>(pat.tokens.size());
     const std::int64_t layers = std::max<std::int64_t>(
         2, static_cast<std::int64_t>(gib * (1ll << 30) / static_cast<double>(per_layer * per_expert)));
-    const std::int64_t n_experts = layers * per_layer;
-    const std::int64_t packed_bytes = n_experts * 3 * I * X / 2, scale_bytes = n_experts * 3 * I * X / 32;
-    std::vector<std::uint8_t> packed(static_cast<std::size_t>(packed_bytes)), scales(static_cast<std::size_t>(scale_bytes));
-    fill(packed.data(), packed_bytes, false);
-    fill(scales.data(), scale_bytes, true);
-    std::vector<expert> ex(static_cast<std::size_t>(n_experts));
-    const std::uint8_t* p = packed.data();
-    const std::uint8_t* s = scales.data();
-    auto take = [&](std::int64_t rows, std::int64_t cols) {
-      mxfp4::matrix_view v{p, s, rows, cols};
-      p += rows * cols / 2;
-      s += rows * cols / 32;
-      return v;
-    };
-    for (auto& e : ex) {
-      e.w1 = take(I, X);
-      e.w3 = take(I, X);
-      e.w2 = take(X, I);
-    }
+    const expert_arena arena(layers * per_layer, I, X);
+    const std::vector<expert>& ex = arena.ex;
     std::int64_t rows = 0;
     for (int n : pat.tokens) rows += n;
     std::vector<float> x(static_cast<std::size_t>(rows * X)), h(static_cast<std::size_t>(rows * I)),
         y1(static_cast<std::size_t>(rows * I)), y3(y1.size()), y2(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11 * static_cast<double>(i));
     for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.07 * static_cast<double>(i));
-    const double bytes = static_cast<double>(packed_bytes + scale_bytes);
-    std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {{packed.data(), packed_bytes},
-                                                                         {scales.data(), scale_bytes}};
+    const double bytes = static_cast<double>(arena.packed_bytes() + arena.scale_bytes());
+    const auto regions = arena.regions();
     volatile std::uint64_t sink = 0;
     std::printf("\nexperts of the README's test checkpoint (w1/w3 %lldx%lld, w2 %lldx%lld), %s per layer, "
                 "%lld layers = %.0f MB, %d threads\n",
@@ -134,28 +147,9 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
                                   + mxfp4::matrix_view{nullptr, nullptr, hidden, inter}.bytes();
   std::int64_t n_experts = static_cast<std::int64_t>(std::ceil(gib * (1ll << 30) / per_expert));
   n_experts = (n_experts + experts_per_layer - 1) / experts_per_layer * experts_per_layer;
-  const std::int64_t packed_bytes = n_experts * (2 * inter * hidden / 2 + hidden * inter / 2);
-  const std::int64_t scale_bytes = n_experts * (2 * inter * hidden / 32 + hidden * inter / 32);
-  std::vector<std::uint8_t> packed(static_cast<std::size_t>(packed_bytes)), scales(static_cast<std::size_t>(scale_bytes));
-  fill(packed.data(), packed_bytes, false);
-  fill(scales.data(), scale_bytes, true);
-
-  std::vector<expert> ex(static_cast<std::size_t>(n_experts));
-  {
-    const std::uint8_t* p = packed.data();
-    const std::uint8_t* s = scales.data();
-    auto take = [&](std::int64_t rows, std::int64_t cols) {
-      mxfp4::matrix_view v{p, s, rows, cols};
-      p += rows * cols / 2;
-      s += rows * cols / 32;
-      return v;
-    };
-    for (auto& e : ex) {
-      e.w1 = take(inter, hidden);
-      e.w3 = take(inter, hidden);
-      e.w2 = take(hidden, inter);
-    }
-  }
+  const expert_arena arena(n_experts, inter, hidden);
+  const std::vector<expert>& ex = arena.ex;
+  const std::int64_t packed_bytes = arena.packed_bytes(), scale_bytes = arena.scale_bytes();
   const double total_bytes = static_cast<double>(packed_bytes + scale_bytes);
   std::printf("\nMXFP4 expert GEMM, K3 shapes (w1/w3 %lldx%lld, w2 %lldx%lld), %lld experts = %.2f GiB, "
               "%d threads, isa=%s\n",
@@ -193,8 +187,7 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
     }
   }
 
-  std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {{packed.data(), packed_bytes},
-                                                                       {scales.data(), scale_bytes}};
+  const auto regions = arena.regions();
   volatile std::uint64_t sink = 0;
   auto stream_pass = [&] { sink = sink + stream_read(regions); };
 
