@@ -59,7 +59,10 @@ int write_checkpoint(const std::string& dir, const std::vector<tensor_spec>& ten
       weight_map.append(json::quote(t->name)).append(": \"").append(shard_name(s)).append("\"");
     }
     header += "}";
-    while (header.size() % 8) header += ' ';
+    // Pad the header (JSON allows trailing spaces) so that the data begins 64-byte aligned: the
+    // tensors then start on cache lines wherever their sizes keep them there, and the kernels'
+    // 64-byte loads do not straddle two lines (8-byte header length + header ≡ 0 mod 64).
+    while ((8 + header.size()) % 64) header += ' ';
     const std::string path = (fs::path(dir) / shard_name(s)).string();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) throw checkpoint_error(path + ": cannot create");
