@@ -67,6 +67,7 @@ std::unique_ptr<llm_engine> llm_engine::start(caf::actor_system& sys, const engi
   lo.exact_fp32 = o.exact_fp32;
   lo.bf16_activations = o.bf16_activations;
   lo.int8_activations = o.int8_activations;
+  lo.copy_to_memory = !o.mmap_weights && o.device == "cpu"; // a GPU run uploads the weights
   lo.progress = -1;
   p->m = std::shared_ptr<model::model>(model::model::load(o.model_dir, lo).release());
   p->tok = std::make_shared<const tok::kimi_tokenizer>(tok::kimi_tokenizer::load(o.model_dir));

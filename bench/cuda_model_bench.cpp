@@ -17,6 +17,7 @@ int run_cuda_model_table(const std::string& dir, bool quick, const cuda_ceilings
     const auto cfg = model::load_config(dir);
     model::load_options lo;
     lo.progress = 0;
+    lo.copy_to_memory = false; // the weights are uploaded to the GPU
     lo.quantize_experts = cfg.num_experts > 0 && !cfg.experts_mxfp4; // the CUDA experts are MXFP4
     const auto m = model::model::load(dir, lo);
     const auto& c = m->config();

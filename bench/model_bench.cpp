@@ -31,7 +31,7 @@ mean_sd summarize(const std::vector<double>& v) {
 
 int run_model_benchmark(const model_bench_options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  auto m = model::model::load(o.model_dir, {.progress = -1, .bf16_activations = o.bf16_activations, .int8_activations = o.int8_activations});
+  auto m = model::model::load(o.model_dir, {.progress = -1, .copy_to_memory = !o.mmap_weights, .bf16_activations = o.bf16_activations, .int8_activations = o.int8_activations});
   const auto& c = m->config();
   std::printf("model: %s\n", c.describe().c_str());
 

@@ -28,6 +28,7 @@ struct model_bench_options {
   double seconds = 3.0;    ///< floor measurement: seconds of alternating decode / streaming read
   bool bf16_activations = false; ///< --bf16-activations: the opt-in vdpbf16ps numerics
   bool int8_activations = false; ///< --int8-activations: the opt-in int8 expert numerics
+  bool mmap_weights = false;     ///< --mmap-weights: weights read from the file mapping (no in-memory copy)
 };
 
 int run_model_benchmark(const model_bench_options& o);

@@ -36,6 +36,10 @@ void add_server_options(CLI::App& app, server_config& c) {
            "AVX512-VNNI (about 2x the expert matmuls from 5 tokens per expert) or AVX2 (about 1.6x at 1 token per expert); "
            "~3e-3 relative error per matmul")
       ->group(model_g);
+  add_bool(app, "--mmap-weights", c.mmap_weights,
+           "CPU: serve the weights from the checkpoint's memory mapping (page cache) instead of copying them into "
+           "huge-page memory at load (the default when they fit in available memory; faster decode)")
+      ->group(model_g);
   add_bool(app, "--trust-remote-code", c.trust_remote_code, "Accepted for vLLM compatibility (k3serve runs no Python)")
       ->group(model_g);
   app.add_option("--cache-dir", c.cache_dir, "Where the demo checkpoint is written (default ~/.cache/k3serve)")->group(model_g);

@@ -48,6 +48,7 @@ struct server_config {
   bool exact_fp32 = false;           ///< --exact-fp32: reference numerics (fp32 math and cache; slow; tests)
   bool bf16_activations = false;     ///< --bf16-activations: vdpbf16ps matmuls (faster on Zen 4; outputs may depend on batching)
   bool int8_activations = false;     ///< --int8-activations: int8 activations into the MXFP4 experts (VNNI)
+  bool mmap_weights = false;         ///< --mmap-weights: serve weights from the file mapping, no in-memory copy
   bool trust_remote_code = false;    ///< accepted: k3serve runs no Python
   bool enable_chunked_prefill = true;///< always on
   bool enable_prefix_caching = true; ///< --enable-prefix-caching / --no-enable-prefix-caching

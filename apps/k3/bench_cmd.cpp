@@ -72,6 +72,7 @@ void add_bench_command(CLI::App& root, int& rc) {
     cmd->add_option("--seconds", o->seconds, "Seconds of the decode-vs-floor measurement")->check(Range(0.001, 3600.0));
     cmd->add_flag("--bf16-activations", o->bf16_activations, "Opt-in numerics: activations rounded to bf16 inside bf16/MXFP4 matmuls (vdpbf16ps)");
     cmd->add_flag("--int8-activations", o->int8_activations, "Opt-in numerics: int8 activations into the MXFP4 experts (AVX512-VNNI; AVX2 for decode)");
+    cmd->add_flag("--mmap-weights", o->mmap_weights, "Weights read from the checkpoint's memory mapping instead of an in-memory huge-page copy");
     cmd->callback([o, &rc] { rc = bench::run_model_benchmark(*o); });
   }
   {

@@ -68,7 +68,7 @@ void add_run_command(CLI::App& root, int& rc) {
   struct opts {
     std::string model, prompt, chat, system, dump, tokens, device = "cpu", quantization, cache_dir, dump_images;
     std::vector<std::string> images;
-    bool no_thinking = false, print_ids = false;
+    bool no_thinking = false, print_ids = false, mmap_weights = false;
     int ep = 0, redundant = 0;
     std::vector<std::string> remote;
     model::generate_options g;
@@ -104,6 +104,8 @@ void add_run_command(CLI::App& root, int& rc) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (engine mode on that GPU)");
+  k3::conf::add_bool(*cmd, "--mmap-weights", o->mmap_weights,
+                     "Serve the weights from the checkpoint's memory mapping instead of copying them into huge-page memory");
   cmd->callback([o, &rc] {
     const std::string dir = model::resolve_model(o->model, o->cache_dir).dir;
     const std::string& prompt = o->prompt;
@@ -118,6 +120,7 @@ void add_run_command(CLI::App& root, int& rc) {
     auto& g = o->g;
     model::load_options lo;
     lo.quantize_experts = o->quantization == "mxfp4";
+    lo.copy_to_memory = !o->mmap_weights;
     if (!dump.empty() && tokens.empty()) throw std::invalid_argument("--dump-logits needs --tokens 1,2,3");
     const auto& images = o->images;
     if (!o->dump_images.empty() && images.empty()) throw std::invalid_argument("--dump-image-embeddings needs --image FILE");
@@ -135,6 +138,7 @@ void add_run_command(CLI::App& root, int& rc) {
       engine_options eo;
       eo.model_dir = dir;
       eo.quantize_experts = lo.quantize_experts;
+      eo.mmap_weights = o->mmap_weights;
       eo.expert_parallel_size = ep;
       eo.num_redundant_experts = redundant;
       eo.remote_shards = remote;

@@ -83,6 +83,7 @@ void add_serve_command(CLI::App& root, int& rc) {
     eo.exact_fp32 = cfg.exact_fp32;
     eo.bf16_activations = cfg.bf16_activations;
     eo.int8_activations = cfg.int8_activations;
+    eo.mmap_weights = cfg.mmap_weights;
     eo.kda_checkpoint_interval = cfg.kda_checkpoint_interval;
     eo.prefix_cache_host_bytes = cfg.prefix_cache_host_bytes;
     eo.max_waiting_requests = cfg.max_queued_requests;

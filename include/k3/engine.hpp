@@ -67,6 +67,9 @@ struct engine_options {
   bool exact_fp32 = false;                     ///< reference numerics (tests)
   bool bf16_activations = false;               ///< bf16 activations into bf16/MXFP4 matmuls (CPU; opt-in)
   bool int8_activations = false;               ///< int8 activations into the MXFP4 experts (CPU, VNNI; opt-in)
+  /// CPU: serve the weights from the checkpoint's file mapping instead of copying them into
+  /// huge-page memory at load (model::load_options::copy_to_memory).
+  bool mmap_weights = false;
   bool null_executor = false;                  ///< zero-cost steps (runtime-overhead benchmark)
   /// "cpu" (default) or "cuda" / "cuda:N": run the model on CUDA device N (the CUDA executor
   /// under the stream actor, weights and KV pools in device memory). With cuda the KV budget

@@ -2,6 +2,7 @@
 #include "runtime/model/safetensors.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,43 @@ mapped_file::mapped_file(const std::string& path) : path_(path) {
 
 mapped_file::~mapped_file() {
   if (data_) ::munmap(const_cast<std::uint8_t*>(data_), static_cast<std::size_t>(size_));
+  if (copy_map_) ::munmap(copy_map_, copy_len_);
+}
+
+const std::uint8_t* mapped_file::copy_to_memory(const std::uint8_t* p, std::int64_t n) {
+  if (n <= 0 || !maps(p)) return p;
+  if (p + n > data_ + size_) throw checkpoint_error(path_ + ": copy past the end of the file");
+  if (!copy_) {
+    constexpr std::size_t huge = std::size_t{2} << 20;
+    // The data buffer starts after the 8-byte length and the header; shift the copy so that it
+    // lands on a cache line (tensors whose offsets are multiples of 64 then are aligned too).
+    std::uint64_t header = 0;
+    if (size_ >= 8) std::memcpy(&header, data_, 8);
+    const std::size_t begin = 8 + static_cast<std::size_t>(std::min<std::uint64_t>(header, static_cast<std::uint64_t>(size_)));
+    const std::size_t shift = (64 - begin % 64) % 64;
+    copy_len_ = static_cast<std::size_t>(size_) + shift + 2 * huge;
+    void* a = ::mmap(nullptr, copy_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a == MAP_FAILED) {
+      copy_len_ = 0;
+      throw checkpoint_error(path_ + ": cannot reserve " + std::to_string(size_) + " bytes of memory for the weights (" +
+                             std::strerror(errno) + ")");
+    }
+    copy_map_ = a;
+    auto* aligned = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(a) + huge - 1) / huge * huge);
+#ifdef MADV_HUGEPAGE
+    ::madvise(aligned, (static_cast<std::size_t>(size_) + shift + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+    copy_ = aligned + shift;
+  }
+  const std::int64_t off = p - data_;
+  std::memcpy(copy_ + off, p, static_cast<std::size_t>(n));
+  // Drop the file pages that lie wholly inside the range from this mapping (RSS); a neighbour
+  // not yet copied keeps its partly shared first and last page.
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t lo = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+  const std::uintptr_t hi = (reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(n)) / page * page;
+  if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  return copy_ + off;
 }
 
 namespace {
@@ -247,6 +285,18 @@ const tensor_info* checkpoint::take_optional(const std::string& name) {
 }
 
 void checkpoint::skip(const std::string& name) { consumed_[name] = true; }
+
+const tensor_info& checkpoint::copy_to_memory(const std::string& name) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw checkpoint_error("checkpoint: missing tensor " + name);
+  tensor_info& t = it->second;
+  for (const auto& f : files_)
+    if (f->maps(t.data)) {
+      t.data = f->copy_to_memory(t.data, t.nbytes);
+      break;
+    }
+  return t;
+}
 
 std::vector<std::string> checkpoint::unconsumed() const {
   std::vector<std::string> out;

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -115,9 +117,23 @@ void prefault(const tensor_info& t) {
   (void)sink;
 }
 
+/// MemAvailable from /proc/meminfo in bytes (page cache counts as available), or -1.
+std::int64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return -1;
+}
+
 class binder {
 public:
-  binder(checkpoint& ck, const load_options& opt, progress_bar& bar) : ck_(ck), opt_(opt), bar_(bar) {}
+  binder(checkpoint& ck, const load_options& opt, progress_bar& bar, bool copy)
+      : ck_(ck), opt_(opt), bar_(bar), copy_(copy) {}
 
   [[nodiscard]] bool bf16_activations() const noexcept { return opt_.bf16_activations && !opt_.exact_fp32; }
   [[nodiscard]] bool int8_activations() const noexcept { return opt_.int8_activations && !opt_.exact_fp32; }
@@ -129,7 +145,8 @@ public:
   const tensor_info& take(const std::string& name) {
     const tensor_info* t = ck_.take_optional(name);
     if (!t) throw checkpoint_error("checkpoint: missing tensor " + name);
-    if (opt_.prefault) prefault(*t);
+    if (copy_) t = &ck_.copy_to_memory(name);
+    else if (opt_.prefault) prefault(*t);
     bar_.add(1, t->nbytes);
     return *t;
   }
@@ -225,6 +242,7 @@ private:
   checkpoint& ck_;
   const load_options& opt_;
   progress_bar& bar_;
+  bool copy_;
 };
 
 std::vector<float> attn_res_query(binder& b, const std::string& base, std::int64_t n) {
@@ -368,7 +386,19 @@ model_weights load_weights(checkpoint& ck, const model_config& c, const load_opt
                            std::vector<std::string>* notes) {
   const bool show = opt.progress == 1 || (opt.progress < 0 && ::isatty(2));
   progress_bar bar("loading", static_cast<std::int64_t>(ck.tensors().size()), ck.total_bytes(), show);
-  binder b(ck, opt, bar);
+  bool copy = opt.prefault && opt.copy_to_memory;
+  if (copy) {
+    // Leave a tenth of what is available for the KV cache, activations and everything else.
+    const std::int64_t avail = mem_available();
+    if (avail < 0 || ck.total_bytes() > avail / 10 * 9) {
+      copy = false;
+      if (notes)
+        notes->push_back("weights served from the file mapping: " + std::to_string(ck.total_bytes() >> 20) +
+                         " MiB do not fit in 90% of the " + (avail < 0 ? std::string("(unknown)") : std::to_string(avail >> 20)) +
+                         " MiB available");
+    }
+  }
+  binder b(ck, opt, bar, copy);
   model_weights w;
   const std::string m = c.tensor_prefix + "model.";
   const std::int64_t Hd = c.hidden;

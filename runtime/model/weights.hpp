@@ -139,6 +139,11 @@ struct load_options {
   bool quantize_experts = false; ///< --quantization mxfp4 for bf16 experts
   int progress = -1;             ///< 1 always, 0 never, -1 when stderr is a terminal
   bool prefault = true;          ///< touch every mapped page under the progress bar
+  /// With prefault: copy every tensor the model uses from the file mapping into anonymous,
+  /// huge-page-advised memory (mapped_file::copy_to_memory) when the checkpoint fits in the
+  /// memory the kernel reports available, else keep serving from the mapping (a note says so).
+  /// false (--mmap-weights): always serve from the mapping (page cache shared between processes).
+  bool copy_to_memory = true;
   /// Reference numerics: MLA latent cache in fp32 and routed-expert outputs not rounded to
   /// bf16 before the combine. Production keeps both bf16 (spec §6); the invariance tests use
   /// this mode because a 1e-7 difference can flip one bf16 rounding and show up as ~1e-3.

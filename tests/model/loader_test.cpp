@@ -383,3 +383,56 @@ TEST_CASE("loader: F16 and F32 tensors load to the same model as BF16", "[model]
   }
   CHECK(std::sqrt(num / den) <= 1e-5);
 }
+
+TEST_CASE("loader: weights copied into memory equal the file's bytes, cache-line aligned, same logits", "[model]") {
+  test::temp_dir d("copy");
+  model::make_model(test::tiny_options(model::family::kimi_k3), d.str());
+  // Rewrite the shard with its header padded to 8 bytes only, as Hugging Face writes them, and a
+  // skippable tensor whose name length puts the data buffer off a cache line, so that the copy's
+  // shift is exercised.
+  const auto tensors = test::read_all(d.str());
+  for (std::string name = "model.rotary_emb.inv_freq";; name += "_") {
+    auto t = tensors;
+    t.push_back({name, "F32", {4}, std::vector<std::uint8_t>(16, 0)});
+    test::write_all(d.str(), t);
+    auto ck = model::checkpoint::open(d.str());
+    std::uint64_t header = 0;
+    std::memcpy(&header, ck.files()[0]->data(), 8);
+    if ((8 + header) % 64 != 0) break;
+  }
+  const std::vector<std::int32_t> toks = {5, 77, 300, 12, 600, 9};
+  auto logits = [&](bool copy) {
+    auto m = model::model::load(d.str(), {.progress = 0, .copy_to_memory = copy, .exact_fp32 = true});
+    auto s = m->new_sequence();
+    const model::batch_entry e{&s, toks, true};
+    return m->step({&e, 1}).logits;
+  };
+  const auto mapped = logits(false), copied = logits(true);
+  REQUIRE(mapped.size() == copied.size());
+  for (std::size_t i = 0; i < mapped.size(); ++i) REQUIRE(copied[i] == mapped[i]);
+
+  auto ck = model::checkpoint::open(d.str());
+  int checked = 0;
+  for (const auto& [name, info] : ck.tensors()) {
+    if (info.nbytes == 0) continue;
+    const std::uint8_t* before = info.data;
+    const model::mapped_file* file = nullptr;
+    for (const auto& f : ck.files())
+      if (f->maps(before)) file = f.get();
+    REQUIRE(file);
+    std::uint64_t header = 0;
+    std::memcpy(&header, file->data(), 8);
+    const std::vector<std::uint8_t> bytes(before, before + info.nbytes);
+    const auto& t = ck.copy_to_memory(name);
+    INFO(name);
+    CHECK(t.data != before);
+    for (const auto& f : ck.files()) CHECK_FALSE(f->maps(t.data));
+    CHECK(std::memcmp(t.data, bytes.data(), bytes.size()) == 0);
+    // The data buffer starts on a cache line in the copy: offsets keep their residue mod 64.
+    const std::int64_t offset = before - (file->data() + 8 + header);
+    CHECK(reinterpret_cast<std::uintptr_t>(t.data) % 64 == static_cast<std::uintptr_t>(offset % 64));
+    CHECK(ck.copy_to_memory(name).data == t.data); // a second call keeps the copy
+    ++checked;
+  }
+  CHECK(checked > 10);
+}
