@@ -18,6 +18,7 @@
 #include "runtime/vision/vision_model.hpp"
 #include "config/server_config.hpp"
 #include "runtime/model/make_model.hpp"
+#include "runtime/model/host_memory.hpp"
 #include "runtime/model/model_path.hpp"
 #include "runtime/sim/deployment.hpp"
 #include "runtime/sim/sim_executor.hpp"
@@ -27,13 +28,8 @@ namespace k3::app {
 namespace {
 
 std::int64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 4ll << 30;
+  const std::int64_t b = model::host_memory_available();
+  return b < 0 ? 4ll << 30 : b;
 }
 
 std::int64_t dir_bytes(const std::string& dir) {

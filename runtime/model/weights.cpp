@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <stdexcept>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include "kernels/common/parallel.hpp"
 #include "kernels/dense/dense_gemm.hpp"
 #include "kernels/ops/attnres.hpp"
+#include "runtime/model/host_memory.hpp"
 #include "runtime/model/progress.hpp"
 
 namespace k3::model {
@@ -115,19 +115,6 @@ void prefault(const tensor_info& t) {
   volatile std::uint8_t sink = 0;
   for (std::int64_t off = 0; off < t.nbytes; off += page) sink = sink + t.data[off];
   (void)sink;
-}
-
-/// MemAvailable from /proc/meminfo in bytes (page cache counts as available), or -1.
-std::int64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
 }
 
 class binder {
@@ -389,7 +376,7 @@ model_weights load_weights(checkpoint& ck, const model_config& c, const load_opt
   bool copy = opt.prefault && opt.copy_to_memory;
   if (copy) {
     // Leave a tenth of what is available for the KV cache, activations and everything else.
-    const std::int64_t avail = mem_available();
+    const std::int64_t avail = host_memory_available();
     if (avail < 0 || ck.total_bytes() > avail / 10 * 9) {
       copy = false;
       if (notes)

@@ -11,6 +11,7 @@
 
 #include "kernels/mxfp4/mxfp4_format.hpp"
 #include "runtime/model/config.hpp"
+#include "runtime/model/host_memory.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/tokenizer/kimi_tokenizer.hpp"
 #include "tests/model/model_fixture.hpp"
@@ -435,4 +436,26 @@ TEST_CASE("loader: weights copied into memory equal the file's bytes, cache-line
     ++checked;
   }
   CHECK(checked > 10);
+}
+
+TEST_CASE("host memory: MemAvailable capped by a cgroup limit less its usage, page cache not counted", "[model]") {
+  using model::detail::cgroup_headroom;
+  using model::detail::meminfo_available;
+  CHECK(meminfo_available("MemTotal:       24684576 kB\nMemFree:        21352448 kB\nMemAvailable:   24250368 kB\n") ==
+        24250368ll * 1024);
+  CHECK(meminfo_available("MemTotal: 1 kB\n") == -1);
+  CHECK(meminfo_available("") == -1);
+  CHECK(meminfo_available("MemAvailableX: 5 kB\nMemAvailable: 7 kB\n") == 7 * 1024); // whole key only
+  // cgroup v2: limit 8 GiB, 6 GiB charged of which 4 GiB page cache → 6 GiB left.
+  CHECK(cgroup_headroom("8589934592\n", "6442450944\n", "anon 2147483648\nfile 4294967296\nkernel 1\n") ==
+        6ll << 30);
+  CHECK(cgroup_headroom("max\n", "6442450944\n", "file 1\n") == -1); // no limit
+  CHECK(cgroup_headroom("", "", "") == -1);                             // no cgroup files
+  // cgroup v1: its unlimited sentinel, and `cache` for the page cache.
+  CHECK(cgroup_headroom("9223372036854771712\n", "100\n", "cache 50\n") == -1);
+  CHECK(cgroup_headroom("1000\n", "900\n", "cache 300\nrss 600\n") == 400);
+  CHECK(cgroup_headroom("1000\n", "1500\n", "") == 0); // over the limit: nothing left, not negative
+  // This machine: something positive, and never more than /proc/meminfo says.
+  const std::int64_t here = model::host_memory_available();
+  CHECK(here > 0);
 }
