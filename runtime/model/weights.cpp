@@ -132,11 +132,15 @@ public:
   const tensor_info& take(const std::string& name) {
     const tensor_info* t = ck_.take_optional(name);
     if (!t) throw checkpoint_error("checkpoint: missing tensor " + name);
-    if (copy_) t = &ck_.copy_to_memory(name);
-    else if (opt_.prefault) prefault(*t);
+    if (!copy_ && opt_.prefault) prefault(*t);
     bar_.add(1, t->nbytes);
     return *t;
   }
+  /// Where a tensor that the model reads in place (bf16 matrices, MXFP4 experts) lives: its
+  /// in-memory copy when the loader copies (load_options::copy_to_memory), else the mapping.
+  /// Tensors converted at load (norms, F16/F32, quantized experts) are read from the mapping
+  /// once and never copied.
+  const std::uint8_t* resident(const tensor_info& t) { return copy_ ? ck_.copy_to_memory(t.name).data : t.data; }
   const tensor_info* take_optional(const std::string& name) {
     if (!ck_.find(name)) return nullptr;
     return &take(name);
@@ -158,14 +162,14 @@ public:
     return to_dense(t, rows, cols);
   }
 
-  dense_weight to_dense(const tensor_info& t, std::int64_t rows, std::int64_t cols) const {
+  dense_weight to_dense(const tensor_info& t, std::int64_t rows, std::int64_t cols) {
     dense_weight w;
     w.rows = rows;
     w.cols = cols;
     if (t.type == dtype::bf16) {
       if (bf16_activations()) w.act = activations::bf16;
-      if (reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0) {
-        w.bf16 = reinterpret_cast<const bf16_t*>(t.data);
+      if (reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0) { // the copy keeps the parity
+        w.bf16 = reinterpret_cast<const bf16_t*>(resident(t));
       } else { // unaligned data offset: copy once
         w.own_bf16.resize(static_cast<std::size_t>(rows * cols));
         std::memcpy(w.own_bf16.data(), t.data, static_cast<std::size_t>(t.nbytes));
@@ -207,7 +211,7 @@ public:
         bad(*s, "holds the NaN scale 0xFF at row " + std::to_string(i / (cols / 32)) + ", block " +
                     std::to_string(i % (cols / 32)));
       e.mxfp4 = true;
-      e.q = {p.data, s->data, rows, cols};
+      e.q = {resident(p), resident(*s), rows, cols};
       return e;
     }
     const auto& t = take(prefix + ".weight");

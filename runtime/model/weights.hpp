@@ -139,9 +139,10 @@ struct load_options {
   bool quantize_experts = false; ///< --quantization mxfp4 for bf16 experts
   int progress = -1;             ///< 1 always, 0 never, -1 when stderr is a terminal
   bool prefault = true;          ///< touch every mapped page under the progress bar
-  /// With prefault: copy every tensor the model uses from the file mapping into anonymous,
-  /// huge-page-advised memory (mapped_file::copy_to_memory) when the checkpoint fits in the
-  /// memory the kernel reports available, else keep serving from the mapping (a note says so).
+  /// With prefault: copy every tensor the model reads in place (bf16 matrices, MXFP4 experts)
+  /// from the file mapping into anonymous, huge-page-advised memory
+  /// (mapped_file::copy_to_memory) when the checkpoint fits in 90% of host_memory_available(),
+  /// else keep serving from the mapping (a note says so).
   /// false (--mmap-weights): always serve from the mapping (page cache shared between processes).
   bool copy_to_memory = true;
   /// Reference numerics: MLA latent cache in fp32 and routed-expert outputs not rounded to
