@@ -1,7 +1,10 @@
 #include "bench/model_bench.hpp"
 
 #include <cmath>
+#include <string>
+#include <fstream>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -27,13 +30,27 @@ mean_sd summarize(const std::vector<double>& v) {
   return r;
 }
 
+// AnonHugePages of this process (/proc/self/smaps_rollup), MiB; 0 if unreadable.
+double anon_huge_mib() {
+  std::ifstream in("/proc/self/smaps_rollup"); // first line: the address range, then "Key: N kB"
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("AnonHugePages:", 0) == 0) return std::strtod(line.c_str() + 14, nullptr) / 1024.0;
+  return 0.0;
+}
+
 } // namespace
 
 int run_model_benchmark(const model_bench_options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  auto m = model::model::load(o.model_dir, {.progress = -1, .copy_to_memory = !o.mmap_weights, .bf16_activations = o.bf16_activations, .int8_activations = o.int8_activations});
+  std::vector<std::string> notes;
+  auto m = model::model::load(o.model_dir, {.progress = -1, .copy_to_memory = !o.mmap_weights, .bf16_activations = o.bf16_activations, .int8_activations = o.int8_activations}, &notes);
   const auto& c = m->config();
   std::printf("model: %s\n", c.describe().c_str());
+  for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  // Where the weights live decides the TLB cost of every decode step (see the loader).
+  std::printf("weights: %s, %.0f MiB of this process in transparent huge pages\n",
+              o.mmap_weights ? "file mapping (--mmap-weights)" : "copied into memory", anon_huge_mib());
 
   auto token = [&](std::size_t i) { return static_cast<std::int32_t>((i * 7919 + 13) % static_cast<std::size_t>(c.vocab - 256)); };
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt_tokens)), ctx(static_cast<std::size_t>(o.depth));
