@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>

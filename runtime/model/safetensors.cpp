@@ -77,6 +77,8 @@ const std::uint8_t* mapped_file::copy_to_memory(const std::uint8_t* p, std::int6
     if (size_ >= 8) std::memcpy(&header, data_, 8);
     const std::size_t begin = 8 + static_cast<std::size_t>(std::min<std::uint64_t>(header, static_cast<std::uint64_t>(size_)));
     const std::size_t shift = (64 - begin % 64) % 64;
+    // One huge page of slack to align the start, one so that the advised range (rounded up to
+    // whole huge pages) stays inside the reservation.
     copy_len_ = static_cast<std::size_t>(size_) + shift + 2 * huge;
     void* a = ::mmap(nullptr, copy_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (a == MAP_FAILED) {

@@ -404,6 +404,16 @@ TEST_CASE("loader: weights copied into memory equal the file's bytes, cache-line
   const std::vector<std::int32_t> toks = {5, 77, 300, 12, 600, 9};
   auto logits = [&](bool copy) {
     auto m = model::model::load(d.str(), {.progress = 0, .copy_to_memory = copy, .exact_fp32 = true});
+    // The model reads its matrices and experts from the copy (or from the mapping without it).
+    const auto& w = m->weights();
+    const auto& ex = w.layers[1].moe_w.experts[0];
+    REQUIRE(ex.w1.mxfp4);
+    for (const void* p : {static_cast<const void*>(w.embed.bf16), static_cast<const void*>(ex.w1.q.packed),
+                          static_cast<const void*>(ex.w1.q.scales)}) {
+      bool mapped = false;
+      for (const auto& f : m->ckpt().files()) mapped = mapped || f->maps(static_cast<const std::uint8_t*>(p));
+      CHECK(mapped == !copy);
+    }
     auto s = m->new_sequence();
     const model::batch_entry e{&s, toks, true};
     return m->step({&e, 1}).logits;
