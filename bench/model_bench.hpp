@@ -10,8 +10,8 @@
 //   floor time per token = active bytes per token / streaming-read bandwidth
 // where active bytes = weights one decode token reads (attention, dense/shared FFN, top-k
 // experts, head) + KDA state read and written + the MLA cache rows read at the tg run's mean
-// context, and the bandwidth is measured by streaming the checkpoint's own mapped bytes (bigger
-// than L3); decode steps and the streaming read are timed alternately so both see the same
+// context, and the bandwidth is measured by streaming the weights' own bytes where the model
+// reads them (the in-memory copy, or the file mapping; bigger than L3); decode steps and the streaming read are timed alternately so both see the same
 // machine state.
 
 #include <string>
