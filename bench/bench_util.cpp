@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <new>
+
+#include <sys/mman.h>
 
 #include "kernels/common/parallel.hpp"
 
@@ -111,6 +114,22 @@ std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::
                     std::memory_order_relaxed);
   });
   return total.load();
+}
+
+huge_buffer::huge_buffer(std::size_t bytes) {
+  constexpr std::size_t huge = 2u << 20;
+  len_ = (bytes + 2 * huge - 1) / huge * huge;
+  map_ = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw std::bad_alloc();
+  }
+  p_ = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(map_) + huge - 1) & ~(std::uintptr_t{huge} - 1));
+  (void)madvise(p_, len_ - huge, MADV_HUGEPAGE); // advice only: 4 KiB pages if refused
+}
+
+huge_buffer::~huge_buffer() {
+  if (map_ != nullptr) munmap(map_, len_);
 }
 
 table::table(std::vector<std::pair<std::string, int>> columns) : cols_(std::move(columns)) {

@@ -33,6 +33,26 @@ std::vector<double> time_alternating(const std::vector<std::function<void()>>& f
 /// threads; returns the checksum so the compiler cannot drop the loads.
 std::uint64_t stream_read(const std::vector<std::pair<const std::uint8_t*, std::int64_t>>& regions);
 
+/// Zeroed anonymous memory of `bytes` bytes, 2 MiB-aligned and advised for transparent huge
+/// pages (what the model's in-memory weight copy uses), so a kernel and the streaming read over
+/// it see the same page size as decode does. Throws std::bad_alloc if it cannot be mapped.
+class huge_buffer {
+public:
+  explicit huge_buffer(std::size_t bytes);
+  ~huge_buffer();
+  huge_buffer(const huge_buffer&) = delete;
+  huge_buffer& operator=(const huge_buffer&) = delete;
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return static_cast<T*>(p_);
+  }
+
+private:
+  void* map_ = nullptr;
+  std::size_t len_ = 0;
+  void* p_ = nullptr;
+};
+
 /// A printed table: header once, then rows; columns right-aligned to fixed widths.
 class table {
 public:

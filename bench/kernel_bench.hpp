@@ -14,7 +14,7 @@
 namespace k3::bench {
 
 struct kernel_bench_options {
-  std::string only;          ///< "", "mxfp4", "kda", "dense", "mla", "ops"
+  std::string only;          ///< "", "mxfp4", "kda", "dense", "dense-decode", "mla", "ops"
   double working_set_gib = 1.0; ///< MXFP4 bytes cycled over (≥ 1 GiB defeats a 32 MiB L3)
   int kda_tokens = 4096;
   int kda_heads = 16;

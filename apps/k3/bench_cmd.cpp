@@ -34,7 +34,8 @@ void add_bench_command(CLI::App& root, int& rc) {
     auto* cmd = bench->add_subcommand("kernels", "MXFP4, dense and KDA kernels against a streaming read of the same bytes");
     auto o = std::make_shared<bench::kernel_bench_options>();
     auto isa = std::make_shared<std::string>();
-    cmd->add_option("--only", o->only, "One group: mxfp4, dense, kda, mla or ops")->check(CLI::IsMember({"mxfp4", "dense", "kda", "mla", "ops"}));
+    cmd->add_option("--only", o->only, "One group: mxfp4, dense, dense-decode (the decode GEMVs table of dense alone), kda, mla or ops")
+        ->check(CLI::IsMember({"mxfp4", "dense", "dense-decode", "kda", "mla", "ops"}));
     k3::conf::add_bool(*cmd, "--quick", o->quick, "Smaller sizes (smoke run)");
     cmd->add_option("--gib", o->working_set_gib, "MXFP4 working set in GiB (bigger than the last-level cache)")
         ->check(Range(0.001, 1024.0));

@@ -17,7 +17,7 @@
 // fp32 on every path.
 //
 // Threading: parallel over output rows on the kernel pool (decode: one contiguous row range per
-// thread); reentrant.
+// thread, which the GEMV reads as four quarter-long streams — gemv_prefetch.hpp); reentrant.
 // REQUIRES: ldx ≥ k, ldy ≥ n, non-aliasing buffers; violations throw std::invalid_argument.
 
 #include <cstdint>

@@ -24,12 +24,13 @@ inline __m512 widen_masked(const bf16_t* p, __mmask16 k) {
 
 using act_t = float;
 
-template <int R, int TG>
-void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
+template <int R, int TG, bool S>
+void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t rs, std::int64_t k, float* y,
+           std::int64_t ys, std::int64_t ldy) {
   __m512 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
-  block_prefetch pf(w, R, k);
+  [[maybe_unused]] block_prefetch pf(w, R, k);
   std::int64_t i = 0;
   // A 64-byte line of each row per step (two widened halves, summed in k order).
   for (; i + 32 <= k; i += 32) {
@@ -39,8 +40,9 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
       x1[t] = _mm512_loadu_ps(x + t * ldx + i + 16);
     }
     for (int r = 0; r < R; ++r) {
-      pf.line();
-      const __m512 w0 = widen(w + r * k + i), w1 = widen(w + r * k + i + 16);
+      if constexpr (S) stream_prefetch(w + r * rs + i);
+      else pf.line();
+      const __m512 w0 = widen(w + r * rs + i), w1 = widen(w + r * rs + i + 16);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(w0, x0[t], acc[r][t]);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(w1, x1[t], acc[r][t]);
     }
@@ -49,20 +51,20 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t k, fl
     __m512 xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
     for (int r = 0; r < R; ++r) {
-      const __m512 wv = widen(w + r * k + i);
+      const __m512 wv = widen(w + r * rs + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
   if (i < k) {
     const __mmask16 msk = static_cast<__mmask16>((1u << (k - i)) - 1);
     for (int r = 0; r < R; ++r) {
-      const __m512 wv = widen_masked(w + r * k + i, msk);
+      const __m512 wv = widen_masked(w + r * rs + i, msk);
       for (int t = 0; t < TG; ++t)
         acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(msk, x + t * ldx + i), acc[r][t]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < TG; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < TG; ++t) y[t * ldy + r * ys] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 #include "kernels/dense/gemv_blocking.inc"

@@ -24,19 +24,21 @@ namespace {
 
 using act_t = bf16_t;
 
-template <int R, int TG>
-void micro(const bf16_t* xb, std::int64_t ldxb, const bf16_t* w, std::int64_t k, float* y, std::int64_t ldy) {
+template <int R, int TG, bool S>
+void micro(const bf16_t* xb, std::int64_t ldxb, const bf16_t* w, std::int64_t rs, std::int64_t k, float* y,
+           std::int64_t ys, std::int64_t ldy) {
   __m512 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
-  block_prefetch pf(w, R, k);
+  [[maybe_unused]] block_prefetch pf(w, R, k);
   std::int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
     __m512bh xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(xb + t * ldxb + i);
     for (int r = 0; r < R; ++r) {
-      pf.line();
-      const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * k + i);
+      if constexpr (S) stream_prefetch(w + r * rs + i);
+      else pf.line();
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * rs + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
     }
   }
@@ -45,12 +47,12 @@ void micro(const bf16_t* xb, std::int64_t ldxb, const bf16_t* w, std::int64_t k,
     __m512bh xv[TG];
     for (int t = 0; t < TG; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(xb + t * ldxb + i); // zero-padded
     for (int r = 0; r < R; ++r) {
-      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(msk, w + r * k + i);
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(msk, w + r * rs + i);
       for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < TG; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < TG; ++t) y[t * ldy + r * ys] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 #include "kernels/dense/gemv_blocking.inc"

@@ -1,21 +1,25 @@
 #pragma once
-// Software prefetch for the bf16 GEMV micro-kernels (gemv_bf16_*.cpp).
+// Software prefetch and row order for the bf16 GEMV micro-kernels (gemv_bf16_*.cpp).
 //
-// A micro-kernel reads an R-row block of W (R · k contiguous bf16) as R interleaved streams, a
-// 64-byte line of each row per step. Prefetching along each row (a fixed distance ahead in that
-// row) left the GEMV at ~0.8 of a streaming read on the test checkpoint's shapes (k = 64…7168,
-// 2-thread Zen 5); instead one prefetch per 64 bytes consumed walks the bytes ahead in memory
-// order — the next block, line by line, as this one is read — which measured 0.93–1.1 of the
-// same streaming read at 2 threads and ~0.92 at 1 thread (k = 1536). The distance is one block,
-// and at least 8 KiB so that blocks of short rows (k = 64, 256) still look far enough ahead to
-// cover DRAM latency. Prefetches past the end of W are harmless (they never fault).
-// The lines go to L2 (T1), not L1: on the 2-vCPU Zen 5 the decode GEMVs of the test checkpoint
-// (`k3 bench kernels --only dense`, last table) ran 0.81/0.81/0.88 of streaming at 2 threads and
-// 0.86/0.82/0.99 at 1 with T0, against 0.92/0.94/0.84 and 0.92/0.88/0.89 with T1, the two builds
-// alternating (µs per token at 2 threads 11.7–12.4 k → 10.7–11.7 k); L1 fills from L2 on its own
-// prefetcher without 256 software prefetches in flight competing for its fill buffers. Not
-// measured on the Xeons; the MXFP4 kernels (instruction-bound) keep T0, where T1 measured no
-// better.
+// Row order. A micro-kernel reads R rows at a time, a 64-byte line of each per step. Rows that
+// are neighbours in memory (a contiguous R-row block) make R interleaved streams only one row
+// long (3 KiB at k = 1536), too short for the hardware prefetchers, which then leave the
+// software prefetch alone to find the bytes: one core reached 0.59–0.86 of a streaming read of
+// the same huge-page bytes (2-vCPU Zen 5, k = 7168…256; 8–11 GB/s with no software prefetch at
+// all). Reading a thread's rows [n0, n1) instead as R *quarters* — rows j, j + q, j + 2q, j + 3q
+// for q = (n1 − n0) / R — makes R streams each as long as the quarter, which the hardware
+// follows; with a prefetch 2 KiB ahead along each stream into L1 the same core measured
+// 0.96–0.98 of the streaming read at 1 thread and 0.99–1.10 at 2 (a throwaway driver over
+// 470 MB at k = 7168, 1536, 256, alternating with the read). Each row's sum is the same
+// instructions in the same order either way, so results are bit-identical to the block order.
+// Rows shorter than 256 bytes (k < 128) keep the block order: per row, the reduction of the
+// accumulators then costs more than the memory stalls it would save.
+//
+// block_prefetch (the block order): one prefetch per 64 bytes consumed walks the bytes ahead in
+// memory order — the next block, line by line, as this one is read — at a distance of one
+// block and at least 8 KiB so that blocks of short rows still look far enough ahead; into L2
+// (T1), which measured better than L1 for this order on the Zen 5. Prefetches past the end of W
+// are harmless (they never fault).
 
 #include <cstdint>
 
@@ -24,6 +28,16 @@
 #include "kernels/common/bf16.hpp"
 
 namespace k3::dense::detail {
+
+/// Rows of at least this many bytes are read in the quarter order (see above).
+inline constexpr std::int64_t stream_min_row_bytes = 256;
+/// How far ahead along each row stream the quarter order prefetches (into L1).
+inline constexpr std::int64_t stream_distance = 2048;
+
+/// One prefetch for the line `stream_distance` bytes past p (the line being read in a stream).
+inline void stream_prefetch(const bf16_t* p) noexcept {
+  _mm_prefetch(reinterpret_cast<const char*>(p) + stream_distance, _MM_HINT_T0);
+}
 
 class block_prefetch {
 public:

@@ -254,6 +254,54 @@ TEST_CASE("dense: the vdpbf16ps GEMV kernel matches fp64 on any row range and to
     }
 }
 
+TEST_CASE("dense: a GEMV row's bits do not depend on the row range it is computed in", "[dense]") {
+  // Ranges of 8 rows and more with rows of 256 bytes and more are read as four quarters (row j
+  // beside rows j + q, j + 2q, j + 3q), shorter ones in 4-row blocks, single rows alone: every
+  // row must come out the same bits whichever way, and every row of the range exactly once.
+  test::rng r(4242);
+  const std::int64_t n = 45;
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    for (std::int64_t k : {64, 130, 300, 1100})
+      for (std::int64_t m : {1, 3, 6}) {
+        INFO("isa=" << to_string(path) << " k=" << k << " m=" << m);
+        const std::int64_t ldx = k + 3, ldy = n + 2;
+        const auto [wb, wr] = random_bf16(r, n * k);
+        const auto x = r.normals(m * ldx);
+        std::vector<float> alone(m * ldy, NAN);
+        for (std::int64_t j = 0; j < n; ++j) dense::gemv_bf16_rows(x.data(), ldx, m, wb.data(), k, j, j + 1, alone.data(), ldy);
+        check_ref(x, ldx, m, wr, n, k, alone, ldy);
+        const std::pair<std::int64_t, std::int64_t> ranges[] = {{0, n}, {1, n}, {5, 37}, {0, 8}, {3, 12}, {9, 10}, {2, 6}};
+        for (const auto& [n0, n1] : ranges) {
+          INFO("rows [" << n0 << ", " << n1 << ")");
+          std::vector<float> y(m * ldy, NAN);
+          dense::gemv_bf16_rows(x.data(), ldx, m, wb.data(), k, n0, n1, y.data(), ldy);
+          for (std::int64_t t = 0; t < m; ++t)
+            for (std::int64_t j = 0; j < n; ++j) {
+              INFO("token " << t << " row " << j);
+              if (j < n0 || j >= n1) REQUIRE(std::isnan(y[t * ldy + j])); // outside the range: untouched
+              else REQUIRE(std::memcmp(&y[t * ldy + j], &alone[t * ldy + j], sizeof(float)) == 0);
+            }
+        }
+      }
+  }
+  if (!bf16_dot_available()) return;
+  // The vdpbf16ps kernel the same way (bf16 activations, rows zero-padded to 32).
+  for (std::int64_t k : {64, 200, 1100}) {
+    const std::int64_t m = 2, kp = (k + 31) / 32 * 32, ldy = n;
+    const auto [wb, wr] = random_bf16(r, n * k);
+    const auto x = r.normals(m * kp);
+    std::vector<bf16_t> xb(x.size(), 0);
+    for (std::int64_t t = 0; t < m; ++t) f32_to_bf16(x.data() + t * kp, xb.data() + t * kp, k);
+    std::vector<float> alone(m * ldy, NAN), all(m * ldy, NAN);
+    for (std::int64_t j = 0; j < n; ++j)
+      dense::detail::gemv_bf16_rows_avx512bf16(xb.data(), kp, m, wb.data(), k, j, j + 1, alone.data(), ldy);
+    dense::detail::gemv_bf16_rows_avx512bf16(xb.data(), kp, m, wb.data(), k, 0, n, all.data(), ldy);
+    INFO("vdpbf16ps k=" << k);
+    REQUIRE(std::memcmp(alone.data(), all.data(), alone.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("dense: AMX activation splits hi + mid + lo give back every fp32 value", "[dense]") {
   if (!amx_bf16_available()) {
     WARN("no AMX on this CPU: the tile path is not exercised");
