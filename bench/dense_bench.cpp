@@ -154,7 +154,7 @@ int run_dense_bench(const kernel_bench_options& opts) {
     bool amx;
   };
   std::vector<bench_case> cases;
-  for (int m : {1, 4, 8, 16, 32, 64, 128, 512})
+  for (int m : {1, 4, 8, 16, 24, 32, 64, 128, 512})
     for (auto act : {activations::fp32, activations::bf16}) {
       if (m > 1 && amx) cases.push_back({m, act, true});
       if (m != 128 || amx) cases.push_back({m, act, false});
@@ -177,7 +177,10 @@ int run_dense_bench(const kernel_bench_options& opts) {
       set_amx_override(prev_amx);
       const bool b = act == activations::bf16;
       const std::string name = bc.amx ? (b ? "AMX bf16-act" : "AMX fp32-act x3")
-                               : m <= 64 ? (b ? (dot ? "GEMV bf16-act dot" : "GEMV bf16-act") : "GEMV fp32-act")
+                               : m <= 64 ? (b ? (dot ? "GEMV bf16-act dot" : "GEMV bf16-act")
+                                           : (m >= dense::detail::lanes_min_tokens() && active_isa() >= isa::avx2
+                                                  ? "lanes fp32-act"
+                                                  : "GEMV fp32-act"))
                                : onednn ? (b ? "oneDNN bf16-act" : "oneDNN fp32-act x3")
                                         : (b ? "sgemm bf16-act" : "sgemm fp32-act");
       // bf16 peak: the AMX tile rate for the AMX rows (x3 counts the useful flops, a third of

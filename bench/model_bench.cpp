@@ -161,8 +161,8 @@ int run_model_benchmark(const model_bench_options& o) {
   const std::uint64_t r0 = parallel_regions.load();
   decode();
   const std::uint64_t regions_per_step = parallel_regions.load() - r0;
-  // Batched decode (the serving case): 16 sequences, one token each per step.
-  constexpr int batch = 16;
+  // Batched decode (the serving case): o.batch sequences, one token each per step.
+  const int batch = o.batch;
   std::vector<model::sequence_state> seqs;
   for (int b = 0; b < batch; ++b) {
     seqs.push_back(m->new_sequence());
@@ -180,8 +180,8 @@ int run_model_benchmark(const model_bench_options& o) {
     for (auto& x : btok) x = static_cast<std::int32_t>((x * 31 + 7) % (c.vocab - 256));
   };
   // The batch's floor: the bytes one step reads — the weights every token reads, plus each
-  // routed expert once however many of the 16 tokens chose it (counted from this step's
-  // routing), plus 16 sequences' state — at the streaming rate measured above.
+  // routed expert once however many of the batch's tokens chose it (counted from this step's
+  // routing), plus the sequences' state — at the streaming rate measured above.
   const auto before = m->expert_tokens();
   batched();
   const auto& after = m->expert_tokens();
@@ -215,11 +215,12 @@ int run_model_benchmark(const model_bench_options& o) {
   t.row({"decode / floor", fmt(floor_s / t_dec, 3)});
   t.row({"decode step (us)", fmt(t_dec * 1e6, 0)});
   t.row({"parallel regions / step", std::to_string(regions_per_step)});
-  t.row({"decode batch 16 (tok/s)", fmt(batch / t_b, 2)});
-  t.row({"batch 16: experts read / step", std::to_string(distinct)});
-  t.row({"batch 16: bytes / step (MB)", fmt(batch_bytes / 1e6, 1)});
-  t.row({"floor batch 16 (tok/s)", fmt(batch / batch_floor_s, 2)});
-  t.row({"batch 16 / floor", fmt(batch_floor_s / t_b, 3)});
+  const std::string bs = std::to_string(batch);
+  t.row({"decode batch " + bs + " (tok/s)", fmt(batch / t_b, 2)});
+  t.row({"batch " + bs + ": experts read / step", std::to_string(distinct)});
+  t.row({"batch " + bs + ": bytes / step (MB)", fmt(batch_bytes / 1e6, 1)});
+  t.row({"floor batch " + bs + " (tok/s)", fmt(batch / batch_floor_s, 2)});
+  t.row({"batch " + bs + " / floor", fmt(batch_floor_s / t_b, 3)});
   return 0;
 }
 

@@ -12,7 +12,8 @@
 // experts, head) + KDA state read and written + the MLA cache rows read at the tg run's mean
 // context, and the bandwidth is measured by streaming the weights' own bytes where the model
 // reads them (the in-memory copy, or the file mapping; bigger than L3); decode steps and the streaming read are timed alternately so both see the same
-// machine state.
+// machine state. Then --batch B sequences (16 by default) decode one token each per step,
+// against the same floor for the bytes such a step reads (every routed expert once).
 
 #include <string>
 
@@ -26,6 +27,7 @@ struct model_bench_options {
   int repetitions = 5;     ///< -r
   int depth = 0;           ///< -d: tokens already in the context before tg
   double seconds = 3.0;    ///< floor measurement: seconds of alternating decode / streaming read
+  int batch = 16;          ///< --batch: sequences decoding together in the batched-decode rows
   bool bf16_activations = false; ///< --bf16-activations: the opt-in vdpbf16ps numerics
   bool int8_activations = false; ///< --int8-activations: the opt-in int8 expert numerics
   bool mmap_weights = false;     ///< --mmap-weights: weights read from the file mapping (no in-memory copy)

@@ -71,6 +71,7 @@ void add_bench_command(CLI::App& root, int& rc) {
     cmd->add_option("-r,--repetitions", o->repetitions, "Repetitions of each test")->check(Range(1, 1000));
     cmd->add_option("-d,--depth", o->depth, "Tokens in the context before each pp and tg test (llama-bench -d)")->check(Range(0, 1 << 24));
     cmd->add_option("--seconds", o->seconds, "Seconds of the decode-vs-floor measurement")->check(Range(0.001, 3600.0));
+    cmd->add_option("--batch", o->batch, "Sequences decoding together in the batched-decode rows")->check(Range(1, 256));
     cmd->add_flag("--bf16-activations", o->bf16_activations, "Opt-in numerics: activations rounded to bf16 inside bf16/MXFP4 matmuls (vdpbf16ps)");
     cmd->add_flag("--int8-activations", o->int8_activations, "Opt-in numerics: int8 activations into the MXFP4 experts (AVX512-VNNI; AVX2 for decode)");
     cmd->add_flag("--mmap-weights", o->mmap_weights, "Weights read from the checkpoint's memory mapping instead of an in-memory huge-page copy");

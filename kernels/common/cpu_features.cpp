@@ -134,13 +134,15 @@ bool bf16_dot_available() noexcept {
   return cpu && active_isa() == isa::avx512;
 }
 
-bool bf16_dot_full_rate() noexcept {
+bool amd_cpu() noexcept {
   static const bool amd = [] {
     __builtin_cpu_init();
     return __builtin_cpu_is("amd") != 0;
   }();
-  return amd && bf16_dot_available();
+  return amd;
 }
+
+bool bf16_dot_full_rate() noexcept { return amd_cpu() && bf16_dot_available(); }
 
 bool int8_dot_available() noexcept {
   static const bool cpu = [] {

@@ -36,6 +36,9 @@ isa set_isa_override(isa level) noexcept;
 /// FMA's flop rate (166 vs 329 GFLOP/s on a 2-vCPU Xeon), where bf16 prefill GEMMs lose to the
 /// widened fp32 sgemm; the prefill route keys on this.
 [[nodiscard]] bool bf16_dot_full_rate() noexcept;
+/// The CPU's vendor is AMD. Route thresholds measured per vendor key on it (the dense batch
+/// route in dense_gemm.cpp).
+[[nodiscard]] bool amd_cpu() noexcept;
 /// AVX512-VNNI (vpdpbusd) usable now: the CPU has it and the active ISA is AVX-512.
 [[nodiscard]] bool int8_dot_available() noexcept;
 

@@ -18,12 +18,24 @@ namespace {
 // Above this m the panel+sgemm path wins (measured on the 6144 × 7168 bench matrix: sgemm at
 // m = 16 ran at half the GEMV's rate, at m = 64 level with it).
 constexpr std::int64_t gemv_max_m = 64;
-// From this many tokens (fp32 activations) batches run with the tokens in the lanes
-// (gemm_bf16_avx512.cpp, gemm_bf16_avx2.cpp) instead of the lane-per-column GEMV: 6144 × 7168,
-// GFLOP/s GEMV → batch kernel, AVX-512 Xeon, 1 thread: m = 16 66.7 → 91.2, m = 64 66.1 → 87.9
-// (2 threads: 136 → 145, 140 → 167); AVX2 Zen 3, 2 threads: m = 16 76–110 → 103–133, m = 64
-// 89–109 → 126–135.
-constexpr std::int64_t bcast_min_m = 7;
+// From lanes_min_tokens() tokens (fp32 activations) batches run with the tokens in the lanes
+// (gemm_bf16_avx512.cpp, gemm_bf16_avx2.cpp) instead of the lane-per-column GEMV. Intel: from 7
+// (6144 × 7168, GFLOP/s GEMV → batch kernel, AVX-512 Xeon, 1 thread: m = 16 66.7 → 91.2, m = 64
+// 66.1 → 87.9; 2 threads: 136 → 145, 140 → 167 — measured against the GEMV before it read its rows
+// as quarter-long streams). AMD: the quarter-order GEMV is the faster one well past 7 tokens, so
+// the lanes start later. 2-vCPU Zen 5, 2 threads, GB/s of W read, GEMV vs batch kernel in one run
+// (k = 1536 × 16384 rows; k = 7168 × 6144 rows):
+//   AVX-512  m = 7: 31.4 vs 15.1; 8: 28.5 vs 15.1; 12: 16.7–19.5 vs 12.1–15.2; 16: 12.6–15.0 vs
+//            11.3–14.5; 17: 11.9 / 13.3 vs 8.8 / 10.0; 24: 8.8 / 9.7 vs 6.0 / 6.9; 32: 6.8 / 7.1
+//            vs 6.3 / 8.2; 64: 3.5 / 3.0 vs 3.2 / 4.1 → lanes from 25 tokens;
+//   AVX2     m = 7: 15.6 vs 10.9; 12: 10.3 vs 7.8; 16: 7.7 / 7.8 vs 7.8 / 8.6; 32: 4.0 / 4.0 vs
+//            4.0 / 4.2 → lanes from 13.
+// Either way a token's result does not depend on the other tokens of its call; below the
+// threshold it is also the same bits as the token alone (the GEMV's sums do not depend on m).
+std::int64_t lanes_threshold() noexcept {
+  if (!amd_cpu()) return 7;
+  return active_isa() == isa::avx512 ? 25 : 13;
+}
 // From this many tokens batches run on AMX tiles where the CPU has them (gemm_amx_batch).
 // 6144 × 7168, one thread, GB/s of W, GEMV/batch kernel → AMX: fp32 activations m = 4 12.5 →
 // 11.4–12.1, m = 16 5.5 → 11.6–12.2, m = 32 3.6 → 7.8–8.9, m = 64 1.8 → 4.0–4.5; bf16 (vdpbf16ps
@@ -119,6 +131,8 @@ void gemm_amx_batch(const float* x, std::int64_t ldx, std::int64_t m, const bf16
 
 } // namespace
 
+std::int64_t detail::lanes_min_tokens() noexcept { return lanes_threshold(); }
+
 void gemv_bf16_rows(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t k,
                     std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) {
   if (m == 0 || n1 <= n0) return;
@@ -195,7 +209,7 @@ void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k
 bool on_gemv_route(std::int64_t m, std::int64_t n, std::int64_t k, activations a) {
   if (m > gemv_max_m && k > 0) return false;
   if (m >= amx_batch_min_m && n >= 16 && k > 0 && amx_bf16_available()) return false;
-  if (a == activations::fp32 && m >= bcast_min_m && active_isa() >= isa::avx2) return false;
+  if (a == activations::fp32 && m >= lanes_threshold() && active_isa() >= isa::avx2) return false;
   return true;
 }
 
@@ -252,7 +266,7 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   if (gemv) {
     // Batches with fp32 activations (on_gemv_route said so): tiles of one vector of tokens (16 on AVX-512, 8 on AVX2;
     // two vectors while more than 1.5 vectors remain) in the lanes, transposed once here into
-    // xt[k][W·V] (zeros past the tile), row spans over the pool. Fewer than bcast_min_m tokens
+    // xt[k][W·V] (zeros past the tile), row spans over the pool. Fewer than lanes_min_tokens()
     // left go to the GEMV route. (bf16 activations keep the GEMV for every m ≤ 64, whose
     // result per token does not depend on m.)
     const bool wide = active_isa() == isa::avx512;
@@ -263,7 +277,8 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
     const std::int64_t threads = kernel_threads();
     const std::int64_t per = std::max<std::int64_t>(16, ((n + 4 * threads - 1) / (4 * threads) + 15) / 16 * 16);
     const std::int64_t spans = (n + per - 1) / per;
-    while (m - t0 >= bcast_min_m) {
+    const std::int64_t min_tokens = lanes_threshold();
+    while (m - t0 >= min_tokens) {
       const int vec = 2 * (m - t0) > 3 * width ? 2 : 1, lanes = width * vec;
       const int tg = static_cast<int>(std::min<std::int64_t>(lanes, m - t0));
       for (std::int64_t kk = 0; kk < k; ++kk) {

@@ -3,9 +3,11 @@
 // (W row-major [n, k] as stored in safetensors, i.e. y = x · Wᵀ).
 //
 // bf16 weights: for m ≤ 64 (decode, batched decode) hand-written kernels stream W once (small
-// calls on the calling thread): the GEMV (a lane per column) below 7 tokens, and with fp32
-// activations from 7 tokens tiles of tokens in the lanes — 16/32 on AVX-512, 8/16 on AVX2 —
-// (each (token, row) sum in k order, independent of the tile's other tokens); for larger m (prefill) AMX tiles where the
+// calls on the calling thread): the GEMV (a lane per column), and with fp32 activations from
+// detail::lanes_min_tokens() tokens (7 on Intel; 25 with AVX-512 and 13 with AVX2 on AMD, where
+// the GEMV measured faster up to there) tiles of tokens in the lanes — 16/32 on AVX-512, 8/16
+// on AVX2 — (each (token, row) sum in k order, independent of the tile's other tokens); for
+// larger m (prefill) AMX tiles where the
 // CPU has them (gemm_bf16_amx.cpp; fp32 activations as three exact bf16 parts), else W is widened
 // in 256-row × 512-column blocks and multiplied with OpenBLAS sgemm, accumulating over k. fp32
 // weights go to OpenBLAS.
@@ -65,6 +67,9 @@ void gemv_bf16_rows_avx512(const float*, std::int64_t, std::int64_t, const bf16_
 /// AVX512-BF16 (bf16_dot_available()).
 void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t m, const bf16_t* w,
                                std::int64_t k, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+/// Tokens from which fp32-activation batches (m ≤ 64, no AMX) take the tokens-in-lanes tiles
+/// instead of the GEMV, for the active ISA and this CPU's vendor (see dense_gemm.cpp).
+[[nodiscard]] std::int64_t lanes_min_tokens() noexcept;
 /// Batch tile (AVX-512, tokens in lanes): y[t, r] for t < tg ≤ 16 · vectors (vectors 1 or 2),
 /// rows [r0, r1), from xt = the tile's activations transposed to [k][16 · vectors] (64-byte
 /// aligned, lanes ≥ tg zero); wt: 64-byte aligned scratch of 16 · bcast_chunk floats. Each

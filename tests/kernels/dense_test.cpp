@@ -80,31 +80,50 @@ TEST_CASE("dense gemm bf16/fp32 matches fp64 over odd shapes on every path", "[d
 }
 
 TEST_CASE("dense gemm: in a batch, a token's result does not depend on the other tokens", "[dense]") {
-  // fp32 activations, 7–64 tokens: on AVX-512 tiles of 16 or 32 tokens in the lanes (each lane
-  // sums its own products over k in order), elsewhere the GEMV (a lane per column, the same
-  // order for any token count). Tokens 0..4 shared by calls of 9, 16 and 30 tokens whose other
-  // tokens differ: the same bits, over row tails (16 + 8 + 4 + 2 + 1; 12 + 12 + 4 + 2 + 1) and a
-  // k tail (256 + 44 columns).
+  // fp32 activations, up to 64 tokens: from lanes_min_tokens() (7 on Intel, 25 / 13 on AMD with
+  // AVX-512 / AVX2) tiles of 16 or 32 tokens (AVX-512; 8 or 16 on AVX2) in the lanes, each lane
+  // summing its own products over k in order; below that the GEMV (a lane per column, the same
+  // order for any token count). Tokens 0..4 shared by calls of T, T + 9 and 30 tokens (T the
+  // threshold; all on the tiles, with fewer-token remainders on the GEMV) whose other tokens
+  // differ: the same bits, over row tails (16 + 8 + 4 + 2 + 1; 12 + 12 + 4 + 2 + 1) and a k tail
+  // (256 + 44 columns). Calls of 7 and T - 1 tokens (the GEMV, where T > 7) give the shared
+  // tokens the bits they get alone.
   test::rng r(31);
   const std::int64_t n = 31, k = 300;
   const auto [wb, wr] = random_bf16(r, n * k);
-  auto x16 = r.normals(16 * k), x9 = r.normals(9 * k), x30 = r.normals(30 * k);
-  std::copy(x16.begin(), x16.begin() + 5 * k, x9.begin());
-  std::copy(x16.begin(), x16.begin() + 5 * k, x30.begin());
+  const auto shared = r.normals(5 * k);
   for (isa path : test::isa_paths()) {
     scoped_isa pin(path);
-    INFO("isa=" << to_string(path));
-    std::vector<float> y16(16 * n), y9(9 * n), y30(30 * n);
-    dense::gemm_bf16(x16.data(), k, 16, wb.data(), n, k, y16.data(), n);
-    dense::gemm_bf16(x9.data(), k, 9, wb.data(), n, k, y9.data(), n);
-    dense::gemm_bf16(x30.data(), k, 30, wb.data(), n, k, y30.data(), n);
+    const std::int64_t lanes = dense::detail::lanes_min_tokens();
+    INFO("isa=" << to_string(path) << " lanes from " << lanes << " tokens");
+    REQUIRE(lanes >= 7);
+    REQUIRE(lanes <= 30);
+    auto call = [&](std::int64_t m) {
+      auto x = r.normals(m * k);
+      std::copy(shared.begin(), shared.end(), x.begin());
+      std::vector<float> y(m * n, NAN);
+      dense::gemm_bf16(x.data(), k, m, wb.data(), n, k, y.data(), n);
+      check_ref(x, k, m, wr, n, k, y, n);
+      return y;
+    };
+    std::vector<float> alone(5 * n, NAN);
+    for (std::int64_t t = 0; t < 5; ++t) dense::gemm_bf16(shared.data() + t * k, k, 1, wb.data(), n, k, alone.data() + t * n, n);
+    const auto ya = call(lanes), yb = call(lanes + 9), yc = call(30);
     for (std::int64_t t = 0; t < 5; ++t)
       for (std::int64_t j = 0; j < n; ++j) {
         INFO("token " << t << " row " << j);
-        REQUIRE(y9[t * n + j] == y16[t * n + j]);
-        REQUIRE(y30[t * n + j] == y16[t * n + j]);
+        REQUIRE(yb[t * n + j] == ya[t * n + j]);
+        REQUIRE(yc[t * n + j] == ya[t * n + j]);
       }
-    check_ref(x30, k, 30, wr, n, k, y30, n);
+    for (const std::int64_t m : {std::int64_t{7}, lanes - 1}) {
+      if (m >= lanes) continue;
+      const auto y = call(m);
+      for (std::int64_t t = 0; t < 5; ++t)
+        for (std::int64_t j = 0; j < n; ++j) {
+          INFO("GEMV batch of " << m << ": token " << t << " row " << j);
+          REQUIRE(y[t * n + j] == alone[t * n + j]);
+        }
+    }
   }
 }
 

@@ -41,6 +41,9 @@ expect_error "prompt and chat together" "exactly one of --prompt or --chat" "$K3
 expect_error "unknown run flag" "unknown option '--bogus'" "$K3" run --model "$D/k3" --bogus
 expect_error "make-model top-k > experts" "--top-k" "$K3" make-model --out "$D/bad" --experts 4 --top-k 8
 expect_error "make-model K3 latent not MXFP4-aligned" "--latent" "$K3" make-model --out "$D/bad" --latent 40
+"$K3" bench model -m "$D/k3" -p 8 -n 2 -r 1 --seconds 0.05 --batch 3 >"$D/bm" 2>&1
+check "bench model: pp/tg rows, floor and a batch-3 decode row" '[ $? -eq 0 ] && grep -q "| pp8 |" "$D/bm" && grep -q "| tg2 |" "$D/bm" && grep -q "decode / floor" "$D/bm" && grep -q "decode batch 3 (tok/s)" "$D/bm" && grep -q "batch 3 / floor" "$D/bm"'
+expect_error "bench model --batch 0" "--batch" "$K3" bench model -m "$D/k3" --batch 0
 rm "$D/k3/model-00001-of-00001.safetensors"
 expect_error "missing shard" "missing" "$K3" run --model "$D/k3" --prompt hi
 exit $fail
