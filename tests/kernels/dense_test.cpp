@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -83,11 +84,11 @@ TEST_CASE("dense gemm: in a batch, a token's result does not depend on the other
   // fp32 activations, up to 64 tokens: from lanes_min_tokens() (7 on Intel, 25 / 13 on AMD with
   // AVX-512 / AVX2) tiles of 16 or 32 tokens (AVX-512; 8 or 16 on AVX2) in the lanes, each lane
   // summing its own products over k in order; below that the GEMV (a lane per column, the same
-  // order for any token count). Tokens 0..4 shared by calls of T, T + 9 and 30 tokens (T the
-  // threshold; all on the tiles, with fewer-token remainders on the GEMV) whose other tokens
-  // differ: the same bits, over row tails (16 + 8 + 4 + 2 + 1; 12 + 12 + 4 + 2 + 1) and a k tail
-  // (256 + 44 columns). Calls of 7 and T - 1 tokens (the GEMV, where T > 7) give the shared
-  // tokens the bits they get alone.
+  // order for any token count; the only route on the scalar path). Tokens 0..4 shared by calls
+  // of T, T + 9 and 30 tokens (T the threshold; all on the tiles, with fewer-token remainders on
+  // the GEMV) whose other tokens differ: the same bits, over row tails and a k tail (256 + 44
+  // columns). Calls of 7 and T - 1 tokens (the GEMV, where T > 7) give the shared tokens the
+  // bits they get alone.
   test::rng r(31);
   const std::int64_t n = 31, k = 300;
   const auto [wb, wr] = random_bf16(r, n * k);
@@ -124,6 +125,45 @@ TEST_CASE("dense gemm: in a batch, a token's result does not depend on the other
           REQUIRE(y[t * n + j] == alone[t * n + j]);
         }
     }
+  }
+}
+
+TEST_CASE("dense: the tokens-in-lanes tiles, called directly, give a token the same bits at one and two vectors", "[dense]") {
+  // gemm_bf16 reaches the one-vector tiles only below 1.5 vectors of tokens at or above the
+  // lanes threshold, which on AMD (25 tokens on AVX-512, 13 on AVX2) never happens; the kernels
+  // still serve Intel, so they are checked here on any CPU that runs them. Rows 0..30 cover the
+  // band tails (16 + 8 + 4 + 2 + 1 at one vector, 12 + 12 + 4 + 2 + 1 at two), k = 300 a chunk
+  // tail (256 + 44).
+  test::rng r(57);
+  const std::int64_t n = 31, k = 300;
+  const auto [wb, wr] = random_bf16(r, n * k);
+  for (isa path : test::isa_paths()) {
+    if (path == isa::scalar) continue;
+    scoped_isa pin(path);
+    const int width = path == isa::avx512 ? 16 : 8;
+    INFO("isa=" << to_string(path));
+    const int tg1 = width - 3, tg2 = 2 * width - 1; // the first tg1 tokens shared
+    const auto x = r.normals(tg2 * k);
+    std::vector<float> scratch(16 * dense::detail::bcast_chunk + 16 + 2 * width * k + 16);
+    auto aligned = [](float* p) { return p + ((64 - reinterpret_cast<std::uintptr_t>(p) % 64) % 64) / sizeof(float); };
+    float* wt = aligned(scratch.data());
+    float* xt = aligned(wt + 16 * dense::detail::bcast_chunk);
+    auto run = [&](int vectors, int tg) {
+      const int lanes = width * vectors;
+      for (std::int64_t kk = 0; kk < k; ++kk)
+        for (int t = 0; t < lanes; ++t) xt[kk * lanes + t] = t < tg ? x[t * k + kk] : 0.0f;
+      std::vector<float> y(tg * n, NAN);
+      if (path == isa::avx512) dense::detail::gemm_bf16_tile_avx512(xt, vectors, tg, wb.data(), k, 0, n, y.data(), n, wt);
+      else dense::detail::gemm_bf16_tile_avx2(xt, vectors, tg, wb.data(), k, 0, n, y.data(), n, wt);
+      check_ref(x, k, tg, wr, n, k, y, n);
+      return y;
+    };
+    const auto one = run(1, tg1), two = run(2, tg2);
+    for (std::int64_t t = 0; t < tg1; ++t)
+      for (std::int64_t j = 0; j < n; ++j) {
+        INFO("token " << t << " row " << j);
+        REQUIRE(two[t * n + j] == one[t * n + j]);
+      }
   }
 }
 
