@@ -88,22 +88,25 @@ void short_conv(const float* x, std::int64_t T, std::int64_t C, const float* w, 
 
 void decay_gate(const float* graw, std::int64_t T, int H, int dk, const float* A_log, const float* dt_bias,
                 const gate_params& p, float* g) {
-  for (std::int64_t t = 0; t < T; ++t)
-    for (int h = 0; h < H; ++h) {
-      const float a = std::exp(A_log[h]);
-      const float* gr = graw + (t * H + h) * dk;
-      const float* bias = dt_bias + h * dk;
-      float* out = g + (t * H + h) * dk;
-      if (p.kind == gate_kind::softplus) {
-        for (int c = 0; c < dk; ++c) {
-          const float x = gr[c] + bias[c];
-          // softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
-          out[c] = -a * (std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))));
-        }
-      } else {
-        for (int c = 0; c < dk; ++c) out[c] = p.lower_bound / (1.0f + std::exp(-a * (gr[c] + bias[c])));
+  // One exp (softplus: and a log1p) per value, ~20 operations: a batch of decode tokens is
+  // worth a fork/join, one token is not. Each (token, head) row is computed the same either way.
+  parallel_for_work(T * H, T * H * dk * 20, [&](std::int64_t i) {
+    const std::int64_t t = i / H;
+    const int h = static_cast<int>(i % H);
+    const float a = std::exp(A_log[h]);
+    const float* gr = graw + (t * H + h) * dk;
+    const float* bias = dt_bias + h * dk;
+    float* out = g + (t * H + h) * dk;
+    if (p.kind == gate_kind::softplus) {
+      for (int c = 0; c < dk; ++c) {
+        const float x = gr[c] + bias[c];
+        // softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
+        out[c] = -a * (std::fmax(x, 0.0f) + std::log1p(std::exp(-std::fabs(x))));
       }
+    } else {
+      for (int c = 0; c < dk; ++c) out[c] = p.lower_bound / (1.0f + std::exp(-a * (gr[c] + bias[c])));
     }
+  });
 }
 
 void beta_sigmoid(float* b, std::int64_t n) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/parallel.hpp"
 #include "kernels/ops/norms.hpp"
 
 namespace k3::ops {
@@ -42,11 +43,17 @@ void attnres_mix(const float* const* sources, int num_sources, const float* w, f
 void attnres_mix_batch(const float* const* sources, int num_sources, const float* w, float eps, std::int64_t tokens,
                        std::int64_t n, float* out) noexcept {
   const int S = std::max(num_sources, 0);
-  std::vector<const float*> row(static_cast<std::size_t>(S));
-  for (std::int64_t t = 0; t < tokens; ++t) {
+  // Tokens are independent: a batch's mixes (S·n·3 operations each) share the pool once they
+  // are worth a fork/join. Each token's mix is the same computation either way.
+  parallel_for_work(tokens, tokens * (S + 1) * n * 3, [&](std::int64_t t) {
+    constexpr int stack_sources = 64;
+    const float* stack_row[stack_sources];
+    std::vector<const float*> heap_row;
+    if (S > stack_sources) heap_row.resize(static_cast<std::size_t>(S));
+    const float** row = S > stack_sources ? heap_row.data() : stack_row;
     for (int s = 0; s < S; ++s) row[s] = sources[s] + t * n;
-    attnres_mix(row.data(), S, w, eps, n, out + t * n);
-  }
+    attnres_mix(row, S, w, eps, n, out + t * n);
+  });
 }
 
 void attnres_fuse_weight(const float* norm_w, const float* proj_w, std::int64_t n, float* w) noexcept {

@@ -27,18 +27,24 @@ void kda_forward(const model_config& c, const kda_weights& w, int slot, const ba
     matmul_shared_input(x, Hd, n, std::span(in, c.full_rank_gate ? 6 : 5));
   }
 
-  // Causal short conv + SiLU per sequence, each stream with its own state section. A batch of
-  // decode tokens is many calls too small to fork alone (one token, P channels each): they run
-  // as one parallel loop over (sequence, stream); a long prefill chunk forks inside its calls.
+  // Causal short conv + SiLU per sequence, each stream with its own state section. Calls too
+  // small to fork alone (a decode token: P channels) run as one parallel loop over (sequence,
+  // stream) when the batch has enough of them; a longer chunk's call forks inside.
   {
     float* streams[3] = {q, k, v};
-    parallel_for_work(static_cast<std::int64_t>(b.entries()) * 3, 3 * n * P * K, [&](std::int64_t i) {
+    std::int64_t longest = 0;
+    for (std::size_t e = 0; e < b.entries(); ++e) longest = std::max(longest, b.len[e]);
+    auto conv = [&](std::int64_t i) {
       const std::size_t e = static_cast<std::size_t>(i / 3);
       const int s = static_cast<int>(i % 3);
       float* st = b.seq[e]->conv[static_cast<std::size_t>(slot)];
       float* xs = streams[s] + b.off[e] * P;
       kda::short_conv(xs, b.len[e], P, w.conv.data() + s * P * K, K, st + s * P * (K - 1), xs);
-    });
+    };
+    const std::int64_t calls = static_cast<std::int64_t>(b.entries()) * 3;
+    if (longest * P * K < min_parallel_work) parallel_for_work(calls, 3 * n * P * K, conv);
+    else
+      for (std::int64_t i = 0; i < calls; ++i) conv(i);
   }
 
   // Decay gate and β (fp32), q/k L2 norm.
