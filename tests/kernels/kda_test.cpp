@@ -67,6 +67,24 @@ TEST_CASE("kda gates match fp64 and stay in range", "[kda]") {
   }
 }
 
+TEST_CASE("kda gates of a batch equal each token's own call", "[kda]") {
+  // 24 tokens x 20 heads x 128 run on the pool, one token on the calling thread: same bits.
+  test::rng r(2);
+  const int T = 24, H = 20, K = 128;
+  auto graw = r.normals(T * H * K, 4.0f);
+  auto dt = r.normals(H * K);
+  auto A_log = r.normals(H);
+  for (const auto& gp : {softplus, bounded}) {
+    std::vector<float> all(graw.size()), one(static_cast<std::size_t>(H * K));
+    decay_gate(graw.data(), T, H, K, A_log.data(), dt.data(), gp, all.data());
+    for (int t = 0; t < T; ++t) {
+      decay_gate(graw.data() + t * H * K, 1, H, K, A_log.data(), dt.data(), gp, one.data());
+      INFO("token " << t);
+      CHECK(std::equal(one.begin(), one.end(), all.begin() + t * H * K));
+    }
+  }
+}
+
 TEST_CASE("kda short conv with carried state equals one pass and the fp64 formula", "[kda]") {
   test::rng r(2);
   const std::int64_t T = 13, C = 37; // two full channel vectors and a tail of 5

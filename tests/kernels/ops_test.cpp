@@ -176,19 +176,27 @@ TEST_CASE("AttnRes mix matches the fp64 formula for 1..9 sources and past 64", "
 
 TEST_CASE("AttnRes batch form equals per-token mixes", "[ops][attnres]") {
   test::rng r(7);
-  const std::int64_t T = 5, n = 33;
-  const int S = 4;
-  std::vector<std::vector<float>> src;
-  std::vector<const float*> ptr;
-  for (int s = 0; s < S; ++s) src.push_back(r.normals(T * n));
-  for (auto& v : src) ptr.push_back(v.data());
-  auto w = r.normals(n, 0.1f);
-  std::vector<float> batch(T * n), one(n);
-  ops::attnres_mix_batch(ptr.data(), S, w.data(), 1e-5f, T, n, batch.data());
-  for (std::int64_t t = 0; t < T; ++t) {
-    std::vector<const float*> row;
-    for (auto& v : src) row.push_back(v.data() + t * n);
-    ops::attnres_mix(row.data(), S, w.data(), 1e-5f, n, one.data());
-    CHECK(std::equal(one.begin(), one.end(), batch.begin() + t * n));
+  // Small (one thread), a decode batch at K3's width (the pool), and more sources than the
+  // stack holds (each pool thread's heap row array).
+  struct shape {
+    std::int64_t T, n;
+    int S;
+  };
+  for (const shape sh : {shape{5, 33, 4}, shape{37, 1536, 5}, shape{3, 257, 70}}) {
+    const auto [T, n, S] = sh;
+    std::vector<std::vector<float>> src;
+    std::vector<const float*> ptr;
+    for (int s = 0; s < S; ++s) src.push_back(r.normals(T * n));
+    for (auto& v : src) ptr.push_back(v.data());
+    auto w = r.normals(n, 0.1f);
+    std::vector<float> batch(T * n), one(n);
+    ops::attnres_mix_batch(ptr.data(), S, w.data(), 1e-5f, T, n, batch.data());
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::vector<const float*> row;
+      for (auto& v : src) row.push_back(v.data() + t * n);
+      ops::attnres_mix(row.data(), S, w.data(), 1e-5f, n, one.data());
+      INFO("T=" << T << " n=" << n << " S=" << S << " t=" << t);
+      CHECK(std::equal(one.begin(), one.end(), batch.begin() + t * n));
+    }
   }
 }
