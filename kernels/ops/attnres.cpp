@@ -43,8 +43,9 @@ void attnres_mix(const float* const* sources, int num_sources, const float* w, f
 void attnres_mix_batch(const float* const* sources, int num_sources, const float* w, float eps, std::int64_t tokens,
                        std::int64_t n, float* out) noexcept {
   const int S = std::max(num_sources, 0);
-  // Tokens are independent: a batch's mixes (S·n·3 operations each) share the pool once they
-  // are worth a fork/join. Each token's mix is the same computation either way.
+  // Tokens are independent: a batch's mixes (~(S + 1)·n·3 operations each: the norms and dots,
+  // then the weighted sum) share the pool once they are worth a fork/join. Each token's mix is
+  // the same computation either way.
   parallel_for_work(tokens, tokens * (S + 1) * n * 3, [&](std::int64_t t) {
     constexpr int stack_sources = 64;
     const float* stack_row[stack_sources];
