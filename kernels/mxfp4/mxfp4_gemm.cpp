@@ -72,6 +72,64 @@ struct item {
   std::int64_t r0, r1;
 };
 
+// Decode-sized grouped calls: at most this many tokens in every segment (the lane-per-column
+// kernels; the AVX-512 fp32 kernel puts 7+ tokens in the lanes).
+constexpr std::int64_t chain_max_tokens = 6;
+
+// A decode-sized grouped call with each pool thread on one contiguous run of the call's rows
+// (segments in order), every kernel call told where the thread's next rows start so its
+// prefetch runs on into them (detail::next_rows). Dynamic (segment, row-tile) items left each
+// expert matrix to start cold — the README's test checkpoint has 235 KB matrices, and their
+// first 16 KB were read at DRAM latency. Runs are weighted by rows × (tokens + 3) (a row's
+// decode costs about three tokens' multiply-adds) and cut at 4-row boundaries, so every row's
+// result is the one the dynamic route gives (each row is summed alone, in column order).
+// piece(seg, r0, r1, next) runs rows [r0, r1) of segment seg, next = where the thread's next
+// piece starts (empty for its last).
+template <class Piece>
+void chained_rows(std::span<const expert_segment> segments, std::int64_t work, Piece piece) {
+  const auto ns = static_cast<std::int64_t>(segments.size());
+  auto tokens = [&](std::int64_t i) { return segments[static_cast<std::size_t>(i)].end - segments[static_cast<std::size_t>(i)].begin; };
+  auto rows = [&](std::int64_t i) { return tokens(i) > 0 ? segments[static_cast<std::size_t>(i)].w.rows : 0; };
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < ns; ++i) total += rows(i) * (tokens(i) + 3);
+  struct pos {
+    std::int64_t seg, row;
+  };
+  // Where thread i of nt starts: the segment and 4-row boundary nearest total · i / nt.
+  auto bound = [&](int i, int nt) -> pos {
+    if (i >= nt) return {ns, 0};
+    const std::int64_t g = total * i / nt;
+    std::int64_t acc = 0;
+    for (std::int64_t s = 0; s < ns; ++s) {
+      const std::int64_t c = tokens(s) + 3, here = rows(s) * c;
+      if (g < acc + here) return {s, std::min(((g - acc) / c + 2) / 4 * 4, rows(s))};
+      acc += here;
+    }
+    return {ns, 0};
+  };
+  // Rows [a, b) segment by segment; each piece is run once the next one is known, so it can
+  // be handed the next piece's start.
+  auto run = [&](pos a, pos b) {
+    std::int64_t ps = -1, p0 = 0, p1 = 0; // the piece waiting for its successor
+    auto flush = [&](const detail::next_rows& next) { piece(static_cast<std::size_t>(ps), p0, p1, next); };
+    for (std::int64_t s = a.seg; s < ns && s <= b.seg; ++s) {
+      const std::int64_t r0 = s == a.seg ? a.row : 0, r1 = s == b.seg ? b.row : rows(s);
+      if (r0 >= r1) continue;
+      if (ps >= 0) {
+        const matrix_view& w = segments[static_cast<std::size_t>(s)].w;
+        flush({w.packed + r0 * (w.cols / 2), w.scales + r0 * (w.cols / block_size)});
+      }
+      ps = s, p0 = r0, p1 = r1;
+    }
+    if (ps >= 0) flush({});
+  };
+  if (work < min_parallel_work) {
+    run({0, 0}, {ns, 0});
+    return;
+  }
+  parallel_threads([&](int ti, int nt) { run(bound(ti, nt), bound(ti + 1, nt)); });
+}
+
 // grouped_gemm for activations::int8 where AVX512-VNNI is usable. First every token is
 // quantized once, in parallel: a large segment's tokens into 16-token tiles, a small segment's
 // tokens each into the few-token layout. Then the row items run.
@@ -123,6 +181,17 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
   });
   std::int64_t work = 0;
   for (const auto& s : segments) work += (s.end - s.begin) * s.w.rows * s.w.cols;
+  if (n_tiles == 0) {
+    // Decode-sized (every segment few-token): each thread on one contiguous run of rows, its
+    // prefetch running on from one expert matrix into the next (as the fp32 route's
+    // grouped_chained; the dynamic items below started every matrix cold).
+    chained_rows(segments, work, [&](std::size_t i, std::int64_t r0, std::int64_t r1, const detail::next_rows& next) {
+      const auto& s = segments[i];
+      detail::q8_gemv_avx512vnni(vec + first[i], static_cast<int>(s.end - s.begin), s.w, r0, r1, y + s.begin * ldy,
+                                 ldy, next);
+    });
+    return;
+  }
   parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];
@@ -272,63 +341,12 @@ void grouped_amx(const float* x, std::int64_t ldx, std::int64_t x_rows, std::spa
   }
 }
 
-// Decode-sized grouped calls: at most this many tokens in every segment (the lane-per-column
-// kernels; the AVX-512 fp32 kernel puts 7+ tokens in the lanes).
-constexpr std::int64_t chain_max_tokens = 6;
-
-// A decode-sized grouped call with each pool thread on one contiguous run of the call's rows
-// (segments in order), every kernel call told where the thread's next rows start so its
-// prefetch runs on into them (detail::next_rows). Dynamic (segment, row-tile) items left each
-// expert matrix to start cold — the README's test checkpoint has 235 KB matrices, and their
-// first 16 KB were read at DRAM latency. Runs are weighted by rows × (tokens + 3) (a row's
-// decode costs about three tokens' multiply-adds) and cut at 4-row boundaries, so every row's
-// result is the one the dynamic route gives (each row is summed alone, in column order).
 void grouped_chained(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, float* y,
                      std::int64_t ldy, detail::gemm_rows_fn fn, std::int64_t work) {
-  const auto ns = static_cast<std::int64_t>(segments.size());
-  auto tokens = [&](std::int64_t i) { return segments[static_cast<std::size_t>(i)].end - segments[static_cast<std::size_t>(i)].begin; };
-  auto rows = [&](std::int64_t i) { return tokens(i) > 0 ? segments[static_cast<std::size_t>(i)].w.rows : 0; };
-  std::int64_t total = 0;
-  for (std::int64_t i = 0; i < ns; ++i) total += rows(i) * (tokens(i) + 3);
-  struct pos {
-    std::int64_t seg, row;
-  };
-  // Where thread i of nt starts: the segment and 4-row boundary nearest total · i / nt.
-  auto bound = [&](int i, int nt) -> pos {
-    if (i >= nt) return {ns, 0};
-    const std::int64_t g = total * i / nt;
-    std::int64_t acc = 0;
-    for (std::int64_t s = 0; s < ns; ++s) {
-      const std::int64_t c = tokens(s) + 3, here = rows(s) * c;
-      if (g < acc + here) return {s, std::min(((g - acc) / c + 2) / 4 * 4, rows(s))};
-      acc += here;
-    }
-    return {ns, 0};
-  };
-  // Rows [a, b) segment by segment; each piece is run once the next one is known, so it can
-  // be handed the next piece's start.
-  auto run = [&](pos a, pos b) {
-    std::int64_t ps = -1, p0 = 0, p1 = 0; // the piece waiting for its successor
-    auto flush = [&](const detail::next_rows& next) {
-      const expert_segment& sg = segments[static_cast<std::size_t>(ps)];
-      fn(x + sg.begin * ldx, ldx, sg.end - sg.begin, sg.w, p0, p1, y + sg.begin * ldy, ldy, next);
-    };
-    for (std::int64_t s = a.seg; s < ns && s <= b.seg; ++s) {
-      const std::int64_t r0 = s == a.seg ? a.row : 0, r1 = s == b.seg ? b.row : rows(s);
-      if (r0 >= r1) continue;
-      if (ps >= 0) {
-        const matrix_view& w = segments[static_cast<std::size_t>(s)].w;
-        flush({w.packed + r0 * (w.cols / 2), w.scales + r0 * (w.cols / block_size)});
-      }
-      ps = s, p0 = r0, p1 = r1;
-    }
-    if (ps >= 0) flush({});
-  };
-  if (work < min_parallel_work) {
-    run({0, 0}, {ns, 0});
-    return;
-  }
-  parallel_threads([&](int ti, int nt) { run(bound(ti, nt), bound(ti + 1, nt)); });
+  chained_rows(segments, work, [&](std::size_t i, std::int64_t r0, std::int64_t r1, const detail::next_rows& next) {
+    const expert_segment& sg = segments[i];
+    fn(x + sg.begin * ldx, ldx, sg.end - sg.begin, sg.w, r0, r1, y + sg.begin * ldy, ldy, next);
+  });
 }
 
 } // namespace

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/mxfp4/mxfp4_q8.hpp"
+#include "kernels/mxfp4/prefetch_chain.hpp"
 
 #include <immintrin.h>
 
@@ -193,9 +194,13 @@ void q8_fill_vec(const float* x, std::int64_t nb, std::uint8_t* out) {
 // hold block k's partial sums; they are scaled per lane (d · 2^(e − 128) via vscalefps, the same
 // product as the definition) and summed in fp32, so the result equals the definition up to
 // fp32 summation order (as the fp32 kernels on rounded activations would).
+//
+// pf_packed / pf_scales: where this group's software prefetch starts (prefetch_chain: a fixed
+// distance ahead, on into the thread's next rows near the end of its own).
 template <int R, int M>
 void q8_gemv_micro(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t rb, std::int64_t nb,
-                   const std::uint8_t* const* xv, float* y, std::int64_t ldy) {
+                   const std::uint8_t* const* xv, float* y, std::int64_t ldy, const std::uint8_t* pf_packed,
+                   const std::uint8_t* pf_scales) {
   // Byte k of the broadcast scale dword into the low byte of dwords 4k..4k+3 (128-bit lane k).
   const __m512i pick = _mm512_setr_epi32(0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF01, 0xFFFFFF01,
                                          0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF02,
@@ -207,11 +212,11 @@ void q8_gemv_micro(const std::uint8_t* packed, const std::uint8_t* scales, std::
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < M; ++t) f[r][t] = _mm512_setzero_ps();
   const std::int64_t groups = (nb + 3) / 4;
-  const std::int64_t group_bytes = R * rb;
-  const std::uint8_t* ahead = packed + std::max<std::int64_t>(2, (16384 + group_bytes - 1) / group_bytes) * group_bytes;
+  // The R rows' scale bytes once, then R lines of packed bytes per group: R × 64 bytes are
+  // consumed per group, so the prefetch walks the R rows ahead as fast as these are read.
+  for (std::int64_t o = 0; o < R * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf_scales + o), _MM_HINT_T0);
   for (std::int64_t g = 0; g < groups; ++g) {
-    // R rows × 64 bytes are consumed per group: prefetch as many lines, the same distance ahead.
-    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(ahead + (g * R + i) * 64), _MM_HINT_T0);
+    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(pf_packed + (g * R + i) * 64), _MM_HINT_T0);
     const int nv = static_cast<int>(std::min<std::int64_t>(4, nb - 4 * g));
     const __mmask64 m = nv == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * nv)) - 1;
     for (int r = 0; r < R; ++r) {
@@ -240,23 +245,28 @@ void q8_gemv_micro(const std::uint8_t* packed, const std::uint8_t* scales, std::
 
 template <int M>
 void q8_gemv_rows(const std::uint8_t* const* xv, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,
-                  std::int64_t ldy) {
+                  std::int64_t ldy, const next_rows& next) {
   const std::int64_t nb = w.cols / block_size, rb = w.cols / 2;
+  const prefetch_chain pf(w, r1, 4, next);
   std::int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) q8_gemv_micro<4, M>(w.packed + r * rb, w.scales + r * nb, rb, nb, xv, y + r, ldy);
-  for (; r < r1; ++r) q8_gemv_micro<1, M>(w.packed + r * rb, w.scales + r * nb, rb, nb, xv, y + r, ldy);
+  for (; r + 4 <= r1; r += 4)
+    q8_gemv_micro<4, M>(w.packed + r * rb, w.scales + r * nb, rb, nb, xv, y + r, ldy, pf.packed(r), pf.scales(r));
+  for (; r < r1; ++r)
+    q8_gemv_micro<1, M>(w.packed + r * rb, w.scales + r * nb, rb, nb, xv, y + r, ldy, pf.packed(r), pf.scales(r));
 }
 
 } // namespace
 
 void q8_gemv_avx512vnni(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1,
-                        float* y, std::int64_t ldy) {
+                        float* y, std::int64_t ldy, const next_rows& next) {
   for (int t0 = 0; t0 < m; t0 += 4) {
+    // Only the last token group's prefetch runs on into the next rows (the others re-read these).
+    const next_rows nx = t0 + 4 >= m ? next : next_rows{w.packed + r0 * (w.cols / 2), w.scales + r0 * (w.cols / block_size)};
     switch (std::min(4, m - t0)) {
-      case 1: q8_gemv_rows<1>(xv + t0, w, r0, r1, y + t0 * ldy, ldy); break;
-      case 2: q8_gemv_rows<2>(xv + t0, w, r0, r1, y + t0 * ldy, ldy); break;
-      case 3: q8_gemv_rows<3>(xv + t0, w, r0, r1, y + t0 * ldy, ldy); break;
-      default: q8_gemv_rows<4>(xv + t0, w, r0, r1, y + t0 * ldy, ldy); break;
+      case 1: q8_gemv_rows<1>(xv + t0, w, r0, r1, y + t0 * ldy, ldy, nx); break;
+      case 2: q8_gemv_rows<2>(xv + t0, w, r0, r1, y + t0 * ldy, ldy, nx); break;
+      case 3: q8_gemv_rows<3>(xv + t0, w, r0, r1, y + t0 * ldy, ldy, nx); break;
+      default: q8_gemv_rows<4>(xv + t0, w, r0, r1, y + t0 * ldy, ldy, nx); break;
     }
   }
 }

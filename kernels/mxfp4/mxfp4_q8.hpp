@@ -87,9 +87,11 @@ q8_tile q8_make_tile_avx512(const float* x, std::int64_t ldx, int tg, std::int64
 void q8_make_vec_avx512(const float* x, std::int64_t cols, void* storage);
 
 /// Few tokens (any m; designed for < q8_min_tokens): y[t·ldy + r] for rows [r0, r1), token t
-/// from xv[t] (q8_make_vec_avx512). Equals the definition up to fp32 summation order.
+/// from xv[t] (q8_make_vec_avx512). Equals the definition up to fp32 summation order; each row's
+/// result depends only on its own bytes and the token's (not on r0, r1, m's grouping or next).
+/// next: where the calling thread's next rows start, for the prefetch (see next_rows).
 void q8_gemv_avx512vnni(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1,
-                        float* y, std::int64_t ldy);
+                        float* y, std::int64_t ldy, const next_rows& next = {});
 
 // ---- AVX2 (no VNNI), few tokens ------------------------------------------------------------
 // Per token, per pair of blocks p: 64 bytes of q — [even columns of block 2p | of 2p + 1 | odd

@@ -11,6 +11,7 @@
 #include "kernels/common/bf16.hpp"
 #include "kernels/common/cpu_features.hpp"
 #include "kernels/mxfp4/mxfp4_gemm.hpp"
+#include "kernels/mxfp4/mxfp4_q8.hpp"
 #include "kernels/mxfp4/mxfp4_ref.hpp"
 #include "tests/support/mxfp4_test_util.hpp"
 #include "tests/support/test_util.hpp"
@@ -210,29 +211,33 @@ TEST_CASE("mxfp4 grouped gemm equals per-expert gemm", "[mxfp4][gemm]") {
 TEST_CASE("mxfp4 grouped gemm, decode-sized: thread runs across many experts give each segment its own call's bits", "[mxfp4][gemm]") {
   // Every segment ≤ 6 tokens takes the chained route (one contiguous run of rows per thread,
   // prefetch handed on to the next expert): row counts that are not multiples of 4, empty
-  // experts, 1-6 tokens, 1-4 threads; fp32 and bf16 activations on every ISA path.
+  // experts, 1-6 tokens, 1-4 threads; fp32 and bf16 activations on every ISA path. With int8
+  // activations segments of 1-4 tokens (below q8_min_tokens: the few-token VNNI kernel, chained
+  // the same way; on AVX2 its integer kernel; elsewhere the fp32 kernel on rounded values).
   const std::uint64_t seed = 7;
   INFO("seed=" << seed);
   test::rng r(seed);
   const std::int64_t cols = 128;
   std::vector<packed_matrix> experts;
-  std::vector<expert_segment> segs;
-  std::int64_t total = 0, max_rows = 0;
+  std::int64_t max_rows = 0;
   for (int e = 0; e < 37; ++e) {
     const std::int64_t rows = e % 3 == 0 ? 22 : e % 3 == 1 ? 40 : 13;
     experts.push_back(test::random_mxfp4(r, rows, cols));
     max_rows = std::max(max_rows, rows);
   }
-  for (int e = 0; e < 37; ++e) {
-    const std::int64_t n = e % 7 == 3 ? 0 : 1 + (e * 5) % 6;
-    segs.push_back({matrix_view::of(experts[static_cast<std::size_t>(e)]), total, total + n});
-    total += n;
-  }
-  auto x = r.normals(total * cols);
+  auto x = r.normals(37 * 6 * cols);
   const bool prev_amx = set_amx_override(false);
   const int threads = omp_get_max_threads();
   for (isa path : test::isa_paths())
-    for (const activations a : {activations::fp32, activations::bf16}) {
+    for (const activations a : {activations::fp32, activations::bf16, activations::int8}) {
+      const std::int64_t most = a == activations::int8 ? q8_min_tokens - 1 : 6;
+      std::vector<expert_segment> segs;
+      std::int64_t total = 0;
+      for (int e = 0; e < 37; ++e) {
+        const std::int64_t n = e % 7 == 3 ? 0 : 1 + (e * 5) % most;
+        segs.push_back({matrix_view::of(experts[static_cast<std::size_t>(e)]), total, total + n});
+        total += n;
+      }
       scoped_isa pin(path);
       std::vector<float> want(total * max_rows, NAN);
       for (const auto& s : segs)
@@ -241,7 +246,7 @@ TEST_CASE("mxfp4 grouped gemm, decode-sized: thread runs across many experts giv
         omp_set_num_threads(nt);
         std::vector<float> y(total * max_rows, NAN);
         grouped_gemm(x.data(), cols, segs, y.data(), max_rows, a);
-        INFO("isa=" << to_string(path) << " bf16=" << (a == activations::bf16) << " threads=" << nt);
+        INFO("isa=" << to_string(path) << " activations=" << static_cast<int>(a) << " threads=" << nt);
         for (const auto& s : segs)
           for (std::int64_t t = s.begin; t < s.end; ++t)
             for (std::int64_t row = 0; row < s.w.rows; ++row) {
