@@ -67,6 +67,9 @@ void micro(const float* x, std::int64_t ldx, const bf16_t* w, std::int64_t rs, s
     for (int t = 0; t < TG; ++t) y[t * ldy + r * ys] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+// Four tokens per micro-kernel: 16 accumulators, two activation vectors per token (a 64-byte
+// line of weights is two widened halves) and two weight vectors fill the 32 registers.
+constexpr int token_group = 4;
 #include "kernels/dense/gemv_blocking.inc"
 
 } // namespace

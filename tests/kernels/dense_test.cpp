@@ -245,7 +245,7 @@ TEST_CASE("dense: oneDNN prefill gives a token the same bits whatever the token 
 
 TEST_CASE("dense gemm with bf16 activations equals the fp64 reference of the rounded activations", "[dense]") {
   // bf16 activations: x rounded to bf16 once, fp32 sums. Shapes cover the vdpbf16ps GEMV
-  // (k tails under 32, row tails under 4, token groups of 1–4), the rounded-fp32 GEMV on the
+  // (k tails under 32, row tails under 4, token groups of 1–6), the rounded-fp32 GEMV on the
   // other paths, and the sgemm route with several k blocks and uneven panels. AMX is off here
   // (its batch and prefill tiles have their own tests): the GEMV's bit-identity of a token
   // alone and batched is what this checks; on AMX a batch of 6–64 tokens takes the tiles, where
