@@ -132,9 +132,12 @@ void chained_rows(std::span<const expert_segment> segments, std::int64_t work, P
 
 // grouped_gemm for activations::int8 where AVX512-VNNI is usable. First every token is
 // quantized once, in parallel: a large segment's tokens into 16-token tiles, a small segment's
-// tokens each into the few-token layout. Then the row items run.
-void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment> segments,
-                const std::vector<item>& items, float* y, std::int64_t ldy) {
+// tokens each into the few-token layout. Then the rows run: chained when every segment is a
+// few-token one (decode), else as the (segment, row-tile) items make_items() returns (built
+// only on that route).
+template <class MakeItems>
+void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment> segments, MakeItems make_items,
+                float* y, std::int64_t ldy) {
   const std::int64_t cols = segments.front().w.cols;
   const std::int64_t tile_bytes = q8_tile_bytes(cols), vec_bytes = q8_vec_bytes(cols);
   // Per segment: its first tile, or for a small one its first token vector.
@@ -192,6 +195,7 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
     });
     return;
   }
+  const std::vector<item> items = make_items();
   parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];
@@ -412,7 +416,7 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
   };
   const std::int64_t cols = segments.front().w.cols;
   if (a == activations::int8 && int8_dot_available()) {
-    grouped_q8(x, ldx, segments, make_items(), y, ldy);
+    grouped_q8(x, ldx, segments, make_items, y, ldy);
     return;
   }
   if (a == activations::int8 && active_isa() == isa::avx2) {
