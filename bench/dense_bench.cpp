@@ -75,11 +75,11 @@ void decode_shapes_bench(double seconds) {
         std::vector<dense::bf16_output> outs;
         std::int64_t row = 0;
         for (const auto& [n, k] : g) {
-          outs.push_back({w + off, n, y.data() + row, n});
+          outs.push_back({w + off, n, y.data() + row, n, act});
           off += n * k;
           row = (row + n) % 8192; // outputs only need to be distinct within a call
         }
-        dense::gemm_bf16_multi(x.data(), g.front().second, 1, g.front().second, outs, act);
+        dense::gemm_bf16_multi(x.data(), g.front().second, 1, g.front().second, outs);
       }
     };
     pass();

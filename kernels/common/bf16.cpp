@@ -17,4 +17,9 @@ void round_bf16_rows(const float* src, std::int64_t ld, std::int64_t rows, std::
     for (std::int64_t i = 0; i < cols; ++i) dst[r * cols + i] = round_bf16(src[r * ld + i]);
 }
 
+void round_bf16x2_rows(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* dst) noexcept {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < cols; ++i) dst[r * cols + i] = round_bf16x2(src[r * ld + i]);
+}
+
 } // namespace k3

@@ -72,7 +72,7 @@ rows_fn select() noexcept {
 // tiles; leftover rows of W (n % 32) and tokens (m % 32) take the other paths.
 void gemm_amx(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
               float* y, std::int64_t ldy, activations a) {
-  const int splits = a == activations::bf16 ? 1 : 3;
+  const int splits = split_count(a);
   const std::int64_t mm = m / 32 * 32, nn = n / 32 * 32, kp = (k + 31) / 32 * 32;
   static_assert(amx_max_tokens % 32 == 0);
   // Tokens in chunks of up to amx_max_tokens bound the split buffer (3 · 512 · kp bf16); W is
@@ -109,7 +109,7 @@ void gemm_amx(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w,
 // pool threads; leftover rows (n % 16) take the other paths.
 void gemm_amx_batch(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
                     float* y, std::int64_t ldy, activations a) {
-  const int splits = a == activations::bf16 ? 1 : 3;
+  const int splits = split_count(a);
   const std::int64_t groups = (m + 15) / 16, chunks = (k + 31) / 32, nn = n / 16 * 16;
   const std::int64_t split_stride = groups * chunks * 512;
   thread_local std::vector<bf16_t> xbuf;
@@ -145,6 +145,12 @@ void gemv_bf16_rows(const float* x, std::int64_t ldx, std::int64_t m, const bf16
 
 namespace {
 
+// The activations::fp32_bf16x2 values of rows × k activations, packed (stride k).
+void round_x2(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t k, float* dst) {
+  if (active_isa() == isa::avx512) detail::round_bf16x2_rows_avx512(x, ldx, rows, k, dst);
+  else round_bf16x2_rows(x, ldx, rows, k, dst);
+}
+
 // The GEMV route (decode): every token of x against every row of each output's W, a lane per
 // column. The rows of all outputs form one index space split into one contiguous range per
 // pool thread (boundaries on 4-row blocks): long ranges let each thread stream (8 dynamic
@@ -153,35 +159,54 @@ namespace {
 // fork/join. bf16 activations are rounded once here, on the calling thread (m·k values, small
 // next to the weights): to bf16 for the vdpbf16ps kernel, else to fp32 holding the rounded
 // values. A row's result does not depend on the partition.
-void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::span<const bf16_output> outs,
-                activations a) {
+void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::span<const bf16_output> outs) {
   std::int64_t total = 0;
-  for (const bf16_output& o : outs) total += o.n;
+  bool any_bf16 = false, any_x2 = false;
+  for (const bf16_output& o : outs) {
+    total += o.n;
+    any_bf16 = any_bf16 || (o.a == activations::bf16 && o.n > 0);
+    any_x2 = any_x2 || (o.a == activations::fp32_bf16x2 && o.n > 0);
+  }
   if (total == 0 || m == 0) return;
-  const bool dot = a == activations::bf16 && k > 0 && bf16_dot_available();
+  const bool dot = any_bf16 && k > 0 && bf16_dot_available();
   const std::int64_t kp = (k + 31) / 32 * 32;
   thread_local std::vector<bf16_t> xb;
-  thread_local std::vector<float> xr;
+  thread_local std::vector<float> xr, x2;
   if (dot) {
     xb.resize(static_cast<std::size_t>(m * kp));
     for (std::int64_t t = 0; t < m; ++t) {
       f32_to_bf16(x + t * ldx, xb.data() + t * kp, k);
       std::fill(xb.data() + t * kp + k, xb.data() + (t + 1) * kp, bf16_t{0});
     }
-  } else if (a == activations::bf16 && k > 0) {
+  } else if (any_bf16 && k > 0) {
     xr.resize(static_cast<std::size_t>(m * k));
     round_bf16_rows(x, ldx, m, k, xr.data());
-    x = xr.data();
-    ldx = k;
   }
+  if (any_x2 && k > 0) {
+    x2.resize(static_cast<std::size_t>(m * k));
+    round_x2(x, ldx, m, k, x2.data());
+  }
+  // The fp32 activations an output's GEMV reads (int8 counts as fp32 in dense kernels).
+  const float* const xr_p = xr.data();
+  const float* const x2_p = x2.data();
+  auto input = [&](activations a, std::int64_t& ld) -> const float* {
+    if (k > 0 && a == activations::bf16) return ld = k, xr_p;
+    if (k > 0 && a == activations::fp32_bf16x2) return ld = k, x2_p;
+    return ld = ldx, x;
+  };
   const bf16_t* xbp = xb.data();
   auto run = [&](std::int64_t g0, std::int64_t g1) {
     std::int64_t s = 0;
     for (const bf16_output& o : outs) {
       const std::int64_t lo = std::max<std::int64_t>(g0 - s, 0), hi = std::min(g1 - s, o.n);
       if (lo < hi) {
-        if (dot) detail::gemv_bf16_rows_avx512bf16(xbp, kp, m, o.w, k, lo, hi, o.y, o.ldy);
-        else gemv_bf16_rows(x, ldx, m, o.w, k, lo, hi, o.y, o.ldy);
+        if (dot && o.a == activations::bf16) {
+          detail::gemv_bf16_rows_avx512bf16(xbp, kp, m, o.w, k, lo, hi, o.y, o.ldy);
+        } else {
+          std::int64_t ld = 0;
+          const float* xi = input(o.a, ld);
+          gemv_bf16_rows(xi, ld, m, o.w, k, lo, hi, o.y, o.ldy);
+        }
       }
       s += o.n;
     }
@@ -206,29 +231,28 @@ void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k
 }
 
 // Whether gemm_bf16 takes the GEMV route for these sizes (no AMX batch, no tokens-in-lanes tiles).
-bool on_gemv_route(std::int64_t m, std::int64_t n, std::int64_t k, activations a) {
+bool on_gemv_route(std::int64_t m, std::int64_t n, std::int64_t k, activations a) noexcept {
   if (m > gemv_max_m && k > 0) return false;
   if (m >= amx_batch_min_m && n >= 16 && k > 0 && amx_bf16_available()) return false;
-  if (a == activations::fp32 && m >= lanes_threshold() && active_isa() >= isa::avx2) return false;
+  if (a != activations::bf16 && m >= lanes_threshold() && active_isa() >= isa::avx2) return false;
   return true;
 }
 
 } // namespace
 
 void gemm_bf16_multi(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k,
-                     std::span<const bf16_output> outs, activations a) {
-  if (a == activations::int8) a = activations::fp32; // int8 is for MXFP4 weights only
+                     std::span<const bf16_output> outs) {
   bool gemv = true;
   for (const bf16_output& o : outs) {
     check(x, ldx, m, o.w, o.n, k, o.y, o.ldy, "dense::gemm_bf16_multi");
-    gemv = gemv && on_gemv_route(m, o.n, k, a);
+    gemv = gemv && on_gemv_route(m, o.n, k, o.a);
   }
   if (m == 0) return;
   if (gemv) {
-    gemv_route(x, ldx, m, k, outs, a);
+    gemv_route(x, ldx, m, k, outs);
     return;
   }
-  for (const bf16_output& o : outs) gemm_bf16(x, ldx, m, o.w, o.n, k, o.y, o.ldy, a);
+  for (const bf16_output& o : outs) gemm_bf16(x, ldx, m, o.w, o.n, k, o.y, o.ldy, o.a);
 }
 
 void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
@@ -238,8 +262,8 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
   if (a == activations::int8) a = activations::fp32; // int8 is for MXFP4 weights only
   const bool gemv = m <= gemv_max_m || k == 0;
   if (on_gemv_route(m, n, k, a)) {
-    const bf16_output o{w, n, y, ldy};
-    gemv_route(x, ldx, m, k, {&o, 1}, a);
+    const bf16_output o{w, n, y, ldy, a};
+    gemv_route(x, ldx, m, k, {&o, 1});
     return;
   }
   if (gemv && m >= amx_batch_min_m && n >= 16 && k > 0 && amx_bf16_available()) {
@@ -251,14 +275,16 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
     return;
   }
   if (!gemv && detail::onednn_available()) {
-    detail::gemm_bf16_onednn(x, ldx, m, w, n, k, y, ldy, a == activations::bf16 ? 1 : 3);
+    detail::gemm_bf16_onednn(x, ldx, m, w, n, k, y, ldy, split_count(a));
     return;
   }
-  // Prefill with bf16 activations off AMX: the rounded values, multiplied in fp32.
+  // Prefill with bf16 or fp32_bf16x2 activations off AMX and oneDNN: the rounded values,
+  // multiplied in fp32 (rounding again is the identity, so the GEMV tail below may).
   thread_local std::vector<float> xr;
-  if (a == activations::bf16 && k > 0) {
+  if ((a == activations::bf16 || a == activations::fp32_bf16x2) && k > 0) {
     xr.resize(static_cast<std::size_t>(m * k));
-    round_bf16_rows(x, ldx, m, k, xr.data());
+    if (a == activations::bf16) round_bf16_rows(x, ldx, m, k, xr.data());
+    else round_x2(x, ldx, m, k, xr.data());
     x = xr.data();
     ldx = k;
   }
@@ -296,8 +322,8 @@ void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w
       t0 += tg;
     }
     if (t0 < m) {
-      const bf16_output o{w, n, y + t0 * ldy, ldy};
-      gemv_route(x + t0 * ldx, ldx, m - t0, k, {&o, 1}, a);
+      const bf16_output o{w, n, y + t0 * ldy, ldy, a};
+      gemv_route(x + t0 * ldx, ldx, m - t0, k, {&o, 1});
     }
     return;
   }

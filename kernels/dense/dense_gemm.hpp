@@ -13,10 +13,13 @@
 // weights go to OpenBLAS.
 //
 // Activations (k3::activations): fp32 — every path multiplies the fp32 activations (the exact
-// contract). bf16 — the activations are rounded to bf16 once per call; on CPUs with
-// AVX512-BF16 the GEMV then runs vdpbf16ps on bf16 × bf16 (no widening, half the activation
-// bytes), elsewhere and for prefill the same rounded values are multiplied in fp32. Sums are
-// fp32 on every path.
+// contract; the bf16 × bf16 routes take three bf16 parts). fp32_bf16x2 — every path multiplies
+// round_bf16x2(x) (16 significant bits): the bf16 × bf16 routes take its two parts, the others
+// a rounded fp32 copy made once per call. bf16 — the activations are rounded to bf16 once per
+// call; on CPUs with AVX512-BF16 the GEMV then runs vdpbf16ps on bf16 × bf16 (no widening,
+// half the activation bytes), elsewhere and for prefill the same rounded values are multiplied
+// in fp32. Sums are fp32 on every path, so a token's result depends on the route only through
+// the summation order.
 //
 // Threading: parallel over output rows on the kernel pool (decode: one contiguous row range per
 // thread, which the GEMV reads as four quarter-long streams — gemv_prefetch.hpp); reentrant.
@@ -32,22 +35,25 @@ namespace k3::dense {
 void gemm_bf16(const float* x, std::int64_t ldx, std::int64_t m, const bf16_t* w, std::int64_t n, std::int64_t k,
                float* y, std::int64_t ldy, activations a = activations::fp32);
 
-/// One output of gemm_bf16_multi: y[m, n] (stride ldy) = x · Wᵀ for W row-major [n, k].
+/// One output of gemm_bf16_multi: y[m, n] (stride ldy) = x · Wᵀ for W row-major [n, k], with
+/// its own activation precision.
 struct bf16_output {
   const bf16_t* w;
   std::int64_t n;
   float* y;
   std::int64_t ldy;
+  activations a = activations::fp32;
 };
 
 /// Several bf16 weights with the same input x [m, k]: each output's y as gemm_bf16 would give it,
 /// bit for bit. On the GEMV route (decode) the rows of all the weights are split over the pool
 /// threads in one parallel region and bf16 activations are rounded once — one fork/join instead
 /// of one per weight (a K3 layer's q/k/v/gate projections, MLA's q_a/kv_a/gate, the router and
-/// shared experts); other sizes run gemm_bf16 per output. Same requirements per output as
-/// gemm_bf16; outputs must not alias x or each other.
+/// shared experts); other sizes run gemm_bf16 per output. Outputs may mix precisions (the
+/// router's fp32 beside fp32_bf16x2 or bf16 projections): each rounded copy of x is made once.
+/// Same requirements per output as gemm_bf16; outputs must not alias x or each other.
 void gemm_bf16_multi(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k,
-                     std::span<const bf16_output> outs, activations a = activations::fp32);
+                     std::span<const bf16_output> outs);
 
 void gemm_f32(const float* x, std::int64_t ldx, std::int64_t m, const float* w, std::int64_t n, std::int64_t k,
               float* y, std::int64_t ldy);
@@ -77,6 +83,9 @@ void gemv_bf16_rows_avx512bf16(const bf16_t* xb, std::int64_t ldxb, std::int64_t
 constexpr std::int64_t bcast_chunk = 256;
 void gemm_bf16_tile_avx512(const float* xt, int vectors, int tg, const bf16_t* w, std::int64_t k, std::int64_t r0,
                            std::int64_t r1, float* y, std::int64_t ldy, float* wt);
+/// round_bf16x2_rows (kernels/common/bf16.hpp) sixteen lanes at a time, from the same two-part
+/// split the bf16 × bf16 routes take. AVX-512.
+void round_bf16x2_rows_avx512(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t k, float* dst);
 /// AMX (amx_bf16_available()). split_bf16_rows: `rows` rows of x as `splits` bf16 copies in
 /// tile order — 16-row bands, each band's 32-column chunks as contiguous 16 × 32 tiles, zeros
 /// past k and in the last band's rows past `rows`; copy s at xs + s · split_stride,

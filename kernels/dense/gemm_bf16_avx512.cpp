@@ -17,6 +17,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 
 #include "kernels/common/lanes_gemm_avx512.hpp"
+#include "kernels/dense/bf16_parts_avx512.hpp"
 
 namespace k3::dense::detail {
 namespace {
@@ -51,6 +52,17 @@ void gemm_bf16_tile_avx512(const float* xt, int vectors, int tg, const bf16_t* w
   widen_rows fill{w, k};
   if (vectors == 1) simd512::lanes_rows<1>(fill, r0, r1, k, xt, tg, wt, y, ldy);
   else simd512::lanes_rows<2>(fill, r0, r1, k, xt, tg, wt, y, ldy);
+}
+
+void round_bf16x2_rows_avx512(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t k, float* dst) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < k; i += 16) {
+      const __mmask16 mask = k - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - i)) - 1);
+      __m256i part[3];
+      bf16_parts(_mm512_maskz_loadu_ps(mask, x + r * ldx + i), 2, part);
+      // hi + lo is exact; a non-finite hi came with lo = 0.
+      _mm512_mask_storeu_ps(dst + r * k + i, mask, _mm512_add_ps(from_bf16(part[0]), from_bf16(part[1])));
+    }
 }
 
 } // namespace k3::dense::detail

@@ -5,8 +5,10 @@
 // with W row-major [n, k] read in place as oneDNN's "ba" weights. The activations enter as bf16
 // rows: fp32 activations as three parts hi + mid + lo = x (exact for normal values; a
 // non-finite hi stands alone, as on the AMX path), whose three products are accumulated in fp32
-// — every product is the fp32-exact product of the activation and the bf16 weight; bf16
-// activations as one part, rounded once.
+// — every product is the fp32-exact product of the activation and the bf16 weight;
+// fp32_bf16x2 activations as the two parts hi + lo (two thirds of the work; 1.19–1.23× a
+// 512-token prefill of the test checkpoint at one thread); bf16 activations as one part,
+// rounded once.
 //
 // Measured (2-vCPU Zen 5, 512 tokens, 6144 × 7168): 887 GFLOP/s with bf16 activations (0.89 of
 // the vdpbf16ps peak) and 289 with the three fp32 parts, against 221–224 for the
@@ -29,7 +31,8 @@ namespace k3::dense::detail {
 /// (bf16_dot_full_rate(): AMD Zen 4/5; Intel Xeons keep their AMX or sgemm routes).
 [[nodiscard]] bool onednn_available() noexcept;
 
-/// y[t, r] = Σ_k x[t, k] · w[r, k] for t < m, r < n; splits 3 (fp32 activations) or 1 (bf16).
+/// y[t, r] = Σ_k x[t, k] · w[r, k] for t < m, r < n; splits 3 (fp32 activations), 2 (fp32_bf16x2)
+/// or 1 (bf16).
 /// A token's result does not depend on m for m > 64 (gemm_bf16 sends only prefill here; oneDNN
 /// computes a 1-token call by another kernel, with other bits).
 /// REQUIRES onednn_available(), m, n, k ≥ 1, ldx ≥ k, ldy ≥ n.

@@ -268,7 +268,7 @@ void grouped_q8_avx2(const float* x, std::int64_t ldx, std::int64_t x_rows, std:
 void grouped_amx(const float* x, std::int64_t ldx, std::int64_t x_rows, std::span<const expert_segment> segments,
                  float* y, std::int64_t ldy, activations a) {
   const std::int64_t cols = segments.front().w.cols, nb = cols / block_size;
-  const int splits = a == activations::bf16 ? 1 : 3;
+  const int splits = a == activations::bf16 ? 1 : 3; // fp32_bf16x2 counts as fp32 here
   // The non-AMX route of small segments, as grouped_gemm runs it without AMX.
   auto fn = select();
   const float* xf = x;
@@ -425,7 +425,7 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
   }
   // Decode-sized calls keep the streaming kernels on AMX CPUs too (below amx_min_tokens the AMX
   // route runs them anyway); the chained route below is their faster form.
-  if ((a == activations::fp32 || a == activations::bf16) && amx_bf16_available() && cols <= amx_max_cols &&
+  if (a != activations::int8 && amx_bf16_available() && cols <= amx_max_cols &&
       max_tokens >= amx_min_tokens) {
     grouped_amx(x, ldx, x_rows, segments, y, ldy, a);
     return;

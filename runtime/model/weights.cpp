@@ -33,19 +33,16 @@ void dense_weight::matmul(const float* x, std::int64_t ldx, std::int64_t m, floa
 
 void matmul_shared_input(const float* x, std::int64_t ldx, std::int64_t m, std::span<const dense_target> targets) {
   if (m <= 0) return;
-  // One fused call per activation precision of the bf16 weights (the router keeps fp32
-  // activations when the rest use bf16; dense kernels treat int8 as fp32); fp32 weights one by one.
+  // One fused call for the bf16 weights, whatever their activation precisions (the router's
+  // fp32 beside the projections' fp32_bf16x2 or bf16); fp32 weights one by one.
   std::vector<dense::bf16_output> outs;
   outs.reserve(targets.size());
-  for (const activations a : {activations::fp32, activations::bf16}) {
-    outs.clear();
-    for (const dense_target& t : targets) {
-      if (!t.w->bf16 || (t.w->act == activations::bf16) != (a == activations::bf16)) continue;
-      if (t.w->cols != targets[0].w->cols) throw std::invalid_argument("matmul_shared_input: weights of different widths");
-      outs.push_back({t.w->bf16, t.w->rows, t.y, t.ldy});
-    }
-    if (!outs.empty()) dense::gemm_bf16_multi(x, ldx, m, targets[0].w->cols, outs, a);
+  for (const dense_target& t : targets) {
+    if (!t.w->bf16) continue;
+    if (t.w->cols != targets[0].w->cols) throw std::invalid_argument("matmul_shared_input: weights of different widths");
+    outs.push_back({t.w->bf16, t.w->rows, t.y, t.ldy, t.w->act});
   }
+  if (!outs.empty()) dense::gemm_bf16_multi(x, ldx, m, targets[0].w->cols, outs);
   for (const dense_target& t : targets)
     if (!t.w->bf16) t.w->matmul(x, ldx, m, t.y, t.ldy);
 }
@@ -167,7 +164,10 @@ public:
     w.rows = rows;
     w.cols = cols;
     if (t.type == dtype::bf16) {
-      if (bf16_activations()) w.act = activations::bf16;
+      // Production: activations rounded to 16 bits (fp32_bf16x2, ≤ 2⁻¹⁷ relative, far under
+      // the bf16 roundings of the expert outputs and the MLA cache), which the bf16 × bf16
+      // prefill routes take as two bf16 parts instead of three; exact_fp32 keeps fp32.
+      w.act = bf16_activations() ? activations::bf16 : opt_.exact_fp32 ? activations::fp32 : activations::fp32_bf16x2;
       if (reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0) { // the copy keeps the parity
         w.bf16 = reinterpret_cast<const bf16_t*>(resident(t));
       } else { // unaligned data offset: copy once

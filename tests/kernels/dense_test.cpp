@@ -170,7 +170,8 @@ TEST_CASE("dense: the tokens-in-lanes tiles, called directly, give a token the s
 TEST_CASE("dense gemm_bf16_multi gives each output gemm_bf16's bits, whatever the thread split", "[dense]") {
   // Outputs of 1, 6, 37 and 130 rows (row tails, one output smaller than a 4-row block, range
   // boundaries falling inside outputs), k with a 32-, a 16- and a masked tail, 1–6 tokens on the
-  // GEMV route and 9 / 33 tokens on the others; fp32 and bf16 activations; 1–4 threads.
+  // GEMV route and 9 / 33 tokens on the others; fp32, bf16, fp32_bf16x2 and mixed activations;
+  // 1–4 threads.
   // k = 383 = 11·32 + 16 + 15; 174 rows × 383 columns is past the parallel threshold even at
   // one token.
   test::rng r(4242);
@@ -180,23 +181,30 @@ TEST_CASE("dense gemm_bf16_multi gives each output gemm_bf16's bits, whatever th
   for (std::int64_t n : rows) ws.push_back(random_bf16(r, n * k).first);
   const int threads = omp_get_max_threads();
   for (isa path : test::isa_paths())
-    for (activations a : {activations::fp32, activations::bf16})
+    for (int mix = 0; mix < 4; ++mix)
       for (std::int64_t m : {1, 2, 5, 6, 9, 33}) {
         scoped_isa pin(path);
+        // All fp32, all bf16, all fp32_bf16x2, or mixed: the model's router (fp32) in one call
+        // with projections of the other precisions.
+        const activations mixed[4] = {activations::fp32, activations::fp32_bf16x2, activations::bf16,
+                                      activations::fp32_bf16x2};
+        auto act = [&](int j) {
+          return mix == 0 ? activations::fp32 : mix == 1 ? activations::bf16 : mix == 2 ? activations::fp32_bf16x2 : mixed[j];
+        };
         const auto x = r.normals(m * ldx);
         std::vector<std::vector<float>> want;
         for (int j = 0; j < 4; ++j) {
           want.emplace_back(m * (rows[j] + 2), NAN);
-          dense::gemm_bf16(x.data(), ldx, m, ws[j].data(), rows[j], k, want[j].data(), rows[j] + 2, a);
+          dense::gemm_bf16(x.data(), ldx, m, ws[j].data(), rows[j], k, want[j].data(), rows[j] + 2, act(j));
         }
         for (int nt : {1, 2, 3, 4}) {
           omp_set_num_threads(nt);
           std::vector<std::vector<float>> got;
           std::vector<dense::bf16_output> outs;
           for (int j = 0; j < 4; ++j) got.emplace_back(m * (rows[j] + 2), NAN);
-          for (int j = 0; j < 4; ++j) outs.push_back({ws[j].data(), rows[j], got[j].data(), rows[j] + 2});
-          dense::gemm_bf16_multi(x.data(), ldx, m, k, outs, a);
-          INFO("isa=" << to_string(path) << " bf16-act=" << (a == activations::bf16) << " m=" << m << " threads=" << nt);
+          for (int j = 0; j < 4; ++j) outs.push_back({ws[j].data(), rows[j], got[j].data(), rows[j] + 2, act(j)});
+          dense::gemm_bf16_multi(x.data(), ldx, m, k, outs);
+          INFO("isa=" << to_string(path) << " precisions=" << mix << " m=" << m << " threads=" << nt);
           for (int j = 0; j < 4; ++j)
             for (std::int64_t t = 0; t < m; ++t)
               for (std::int64_t i = 0; i < rows[j] + 2; ++i) {
@@ -525,4 +533,92 @@ TEST_CASE("blas: OpenBLAS runs kernels this CPU supports, not its SSE3 fallback"
   // pre-AVX2 fallback on a CPU that has better (unless the user pinned OPENBLAS_CORETYPE).
   INFO("OpenBLAS core: " << k3::blas_core_name());
   if (avx2 && !std::getenv("K3_BLAS_CORE")) CHECK(k3::blas_core_upgrade(k3::blas_core_name()) == nullptr);
+}
+
+TEST_CASE("dense gemm with fp32_bf16x2 activations multiplies round_bf16x2(x) on every route", "[dense]") {
+  // The definition: each activation enters as round_bf16x2(x) = hi + lo (16 significant bits),
+  // whatever the route — GEMV, tokens-in-lanes tiles, the widened sgemm, oneDNN's two bf16
+  // parts, AMX tiles. Weights that pick one column per row (a permutation, values ±1 and 2)
+  // make every route's result exact: y must equal the rounded activation times the weight bit
+  // for bit, and fp32 activations must give x itself (so the two modes differ where
+  // round_bf16x2 moves x, which random normals do for most values). Then random weights against
+  // the fp64 reference of the rounded activations, tighter than the rounding's own effect.
+  test::rng r(77);
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    for (std::int64_t m : {1, 3, 7, 30, 64, 65, 130, 300}) {
+      const std::int64_t k = 96, n = 96;
+      INFO("isa=" << to_string(path) << " m=" << m);
+      std::vector<bf16_t> w(static_cast<std::size_t>(n * k), f32_to_bf16(0.0f));
+      std::vector<std::int64_t> col(static_cast<std::size_t>(n));
+      for (std::int64_t j = 0; j < n; ++j) {
+        col[j] = (j * 37 + 11) % k; // a permutation of the columns (37 is prime to 96)
+        w[j * k + col[j]] = f32_to_bf16(j % 3 == 0 ? -1.0f : j % 3 == 1 ? 1.0f : 2.0f);
+      }
+      const auto x = r.normals(m * k);
+      std::vector<float> y2(m * n, NAN), y3(m * n, NAN);
+      dense::gemm_bf16(x.data(), k, m, w.data(), n, k, y2.data(), n, activations::fp32_bf16x2);
+      dense::gemm_bf16(x.data(), k, m, w.data(), n, k, y3.data(), n, activations::fp32);
+      std::int64_t moved = 0;
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float s = bf16_to_f32(w[j * k + col[j]]), v = x[t * k + col[j]];
+          INFO("token " << t << " row " << j << " x " << v);
+          REQUIRE(y2[t * n + j] == round_bf16x2(v) * s);
+          REQUIRE(y3[t * n + j] == v * s);
+          moved += round_bf16x2(v) != v;
+        }
+      CHECK(moved > m * n / 2);
+    }
+    // Random weights: within fp32 summation error of Σ round_bf16x2(x)·w.
+    for (std::int64_t m : {1, 5, 40, 200}) {
+      const std::int64_t k = 700, n = 45;
+      INFO("isa=" << to_string(path) << " random weights, m=" << m);
+      const auto [wb, wr] = random_bf16(r, n * k);
+      const auto x = r.normals(m * k);
+      std::vector<float> y(m * n, NAN);
+      dense::gemm_bf16(x.data(), k, m, wb.data(), n, k, y.data(), n, activations::fp32_bf16x2);
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double ref = 0, mag = 0;
+          for (std::int64_t i = 0; i < k; ++i) {
+            const double p = static_cast<double>(round_bf16x2(x[t * k + i])) * wr[j * k + i];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          INFO("token " << t << " row " << j);
+          REQUIRE(std::fabs(y[t * n + j] - ref) <= 2e-7 * mag);
+        }
+    }
+  }
+}
+
+TEST_CASE("round_bf16x2: AVX-512 rows equal the scalar rule bit for bit, special values included", "[dense]") {
+  // Ties, the largest finite floats (hi overflows to inf: it stands alone), inf, NaN, denormals,
+  // signed zeros, and random normals over a masked tail (k = 37).
+  std::vector<float> x = {1.00390625f, 1.01171875f, -1.0000001f, 3.3895e38f, 3.4e38f, -3.4028235e38f, INFINITY,
+                          -INFINITY, NAN, 1e-40f, -3e-39f, 0.0f, -0.0f, 1.0f + 0x1p-9f + 0x1p-17f, 0x1p-126f};
+  test::rng r(91);
+  const auto more = r.normals(37 * 3 - static_cast<std::int64_t>(x.size()));
+  x.insert(x.end(), more.begin(), more.end());
+  std::vector<float> want(x.size()), got(x.size(), 7.0f);
+  round_bf16x2_rows(x.data(), 37, 3, 37, want.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    // The scalar rule: hi + lo exact (16 significant bits), non-finite hi alone.
+    const float hi = round_bf16(x[i]);
+    INFO("x " << x[i]);
+    if (std::isfinite(hi)) CHECK(static_cast<double>(want[i]) == static_cast<double>(hi) + round_bf16(x[i] - hi));
+    else CHECK(std::memcmp(&want[i], &hi, sizeof hi) == 0);
+    if (std::isfinite(x[i]) && std::isfinite(hi) && x[i] != 0.0f && std::fabs(x[i]) >= 0x1p-126f)
+      CHECK(std::fabs(want[i] - x[i]) <= std::ldexp(std::fabs(x[i]), -17));
+  }
+  if (active_isa() < isa::avx512) {
+    WARN("no AVX-512 on this CPU: the vector rounding is not exercised");
+    return;
+  }
+  dense::detail::round_bf16x2_rows_avx512(x.data(), 37, 3, 37, got.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("x " << x[i] << " scalar " << want[i] << " avx512 " << got[i]);
+    CHECK(std::memcmp(&want[i], &got[i], sizeof got[i]) == 0);
+  }
 }
