@@ -211,9 +211,12 @@ void grouped_q8(const float* x, std::int64_t ldx, std::span<const expert_segment
 
 // grouped_gemm for activations::int8 on AVX2 CPUs (no VNNI): segments of at most
 // q8_avx2_max_tokens tokens (decode) take the integer kernel on per-token vectors; larger ones
-// the fp32 AVX2 kernel on the rounded activations, as without this path.
+// the fp32 AVX2 kernel on the rounded activations, as without this path. A call whose segments
+// are all of the first kind (a decode step) runs chained, as grouped_q8's; otherwise the
+// (segment, row-tile) items make_items() returns.
+template <class MakeItems>
 void grouped_q8_avx2(const float* x, std::int64_t ldx, std::int64_t x_rows, std::span<const expert_segment> segments,
-                     const std::vector<item>& items, float* y, std::int64_t ldy) {
+                     MakeItems make_items, float* y, std::int64_t ldy) {
   const std::int64_t cols = segments.front().w.cols, vec_bytes = detail::q8_vec_avx2_bytes(cols);
   std::vector<std::int64_t> first(segments.size(), 0);
   std::vector<std::int64_t> vec_rows;
@@ -249,6 +252,15 @@ void grouped_q8_avx2(const float* x, std::int64_t ldx, std::int64_t x_rows, std:
   }
   std::int64_t work = 0;
   for (const auto& s : segments) work += (s.end - s.begin) * s.w.rows * s.w.cols;
+  if (!any_large) {
+    chained_rows(segments, work, [&](std::size_t i, std::int64_t r0, std::int64_t r1, const detail::next_rows& next) {
+      const auto& s = segments[i];
+      detail::q8_gemv_avx2(vec + first[i], static_cast<int>(s.end - s.begin), s.w, r0, r1, y + s.begin * ldy, ldy,
+                           next);
+    });
+    return;
+  }
+  const std::vector<item> items = make_items();
   parallel_for_work(static_cast<std::int64_t>(items.size()), work, [&](std::int64_t k) {
     const item& it = items[static_cast<std::size_t>(k)];
     const auto& s = segments[it.seg];
@@ -420,7 +432,7 @@ void grouped_gemm(const float* x, std::int64_t ldx, std::span<const expert_segme
     return;
   }
   if (a == activations::int8 && active_isa() == isa::avx2) {
-    grouped_q8_avx2(x, ldx, x_rows, segments, make_items(), y, ldy);
+    grouped_q8_avx2(x, ldx, x_rows, segments, make_items, y, ldy);
     return;
   }
   // Decode-sized calls keep the streaming kernels on AMX CPUs too (below amx_min_tokens the AMX

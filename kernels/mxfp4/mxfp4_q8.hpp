@@ -113,9 +113,10 @@ void q8_make_vec_avx2(const float* x, std::int64_t cols, void* storage);
 void q8_round_rows_avx2(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t cols, float* dst) noexcept;
 
 /// y[t·ldy + r] for rows [r0, r1), token t from xv[t]: the definition exactly (bitwise equal to
-/// q8_reference). AVX2; serial.
+/// q8_reference), whatever r0, r1 and next. AVX2; serial. next: where the calling thread's next
+/// rows start, for the prefetch (see next_rows).
 void q8_gemv_avx2(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,
-                  std::int64_t ldy);
+                  std::int64_t ldy, const next_rows& next = {});
 
 /// Rows [r0, r1) of w for tiles [0, ntiles): token i of tile k goes to y[(16k + i)·ldy + r].
 /// REQUIRES int8_dot_available(); serial.

@@ -9,6 +9,10 @@
 // block's eight row sums in one register, where −12 · Σq undoes the offset. Why: the fp32 AVX2
 // one-token kernel turns every code into a float and is bound by that work (~0.3 of a streaming
 // read); here 32 codes take a handful of integer instructions.
+//
+// Prefetch: while the first token reads a group's eight rows, the group a fixed distance ahead
+// is prefetched line for line (prefetch_chain: on into the calling thread's next rows near the
+// end of its own), its scale bytes when the group starts.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "kernels/mxfp4/mxfp4_q8.hpp"
+#include "kernels/mxfp4/prefetch_chain.hpp"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -133,8 +138,9 @@ void q8_round_rows_avx2(const float* src, std::int64_t ld, std::int64_t rows, st
 }
 
 void q8_gemv_avx2(const std::uint8_t* const* xv, int m, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,
-                  std::int64_t ldy) {
+                  std::int64_t ldy, const next_rows& next) {
   const std::int64_t nb = w.cols / block_size, pairs = (nb + 1) / 2, row_bytes = w.cols / 2;
+  const prefetch_chain pf(w, r1, 8, next);
   const float* table = q8_weight_scales();
   const __m256i lut = weight_lut(), nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   thread_local std::vector<float> sc;
@@ -144,12 +150,19 @@ void q8_gemv_avx2(const std::uint8_t* const* xv, int m, const matrix_view& w, st
     group_scales(w, r, r1, table, sc.data());
     const std::uint8_t* p[8];
     for (int i = 0; i < 8; ++i) p[i] = w.packed + std::min(r + i, r1 - 1) * row_bytes;
+    // The group ahead: its 8 · nb scale bytes now, its 8 · row_bytes packed bytes (contiguous)
+    // four lines per pair of blocks as the first token reads this group's 8 × 32 bytes.
+    const char* const pf_packed = reinterpret_cast<const char*>(pf.packed(r));
+    const char* const pf_scales = reinterpret_cast<const char*>(pf.scales(r));
+    for (std::int64_t o = 0; o < 8 * nb; o += 64) _mm_prefetch(pf_scales + o, _MM_HINT_T0);
     for (int t = 0; t < m; ++t) {
       const auto* q = reinterpret_cast<const std::int8_t*>(xv[t]);
       const auto* d = reinterpret_cast<const float*>(q + pairs * 64);
       const auto* corr = reinterpret_cast<const std::int32_t*>(d + 2 * pairs);
       __m256 acc = _mm256_setzero_ps();
       for (std::int64_t pr = 0; pr < pairs; ++pr) {
+        if (t == 0)
+          for (int l = 0; l < 4; ++l) _mm_prefetch(pf_packed + pr * 256 + l * 64, _MM_HINT_T0);
         const bool two = 2 * pr + 1 < nb;
         const __m256i qe = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + pr * 64));
         const __m256i qo = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + pr * 64 + 32));

@@ -1,5 +1,5 @@
 #pragma once
-// Software-prefetch addresses for the MXFP4 row kernels (mxfp4_gemm_avx512*.cpp).
+// Software-prefetch addresses for the MXFP4 row kernels (mxfp4_gemm_avx512*.cpp, mxfp4_q8_avx2.cpp).
 //
 // A kernel call reads rows [r0, r1) of one expert matrix in R-row groups and prefetches the
 // bytes a fixed number of rows ahead (at least two groups and at least 16 KiB of packed bytes:

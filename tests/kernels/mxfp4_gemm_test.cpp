@@ -213,7 +213,8 @@ TEST_CASE("mxfp4 grouped gemm, decode-sized: thread runs across many experts giv
   // prefetch handed on to the next expert): row counts that are not multiples of 4, empty
   // experts, 1-6 tokens, 1-4 threads; fp32 and bf16 activations on every ISA path. With int8
   // activations segments of 1-4 tokens (below q8_min_tokens: the few-token VNNI kernel, chained
-  // the same way; on AVX2 its integer kernel; elsewhere the fp32 kernel on rounded values).
+  // the same way; on AVX2 its integer kernel, chained too; elsewhere the fp32 kernel on rounded
+  // values).
   const std::uint64_t seed = 7;
   INFO("seed=" << seed);
   test::rng r(seed);
