@@ -364,35 +364,39 @@ TEST_CASE("mxfp4 gemm, bf16 activations: every scale byte scales as the format d
   // 1.5 · 2^(e−127); the other blocks carry other (finite) scales, so a mixed-up scale shows.
   // The vdpbf16ps kernel decodes each block through the table of its scale byte (two blocks per
   // 64-column span); vdpbf16ps reads bf16 denormals as zero, so there e = 0 and 1 (weights
-  // 2^-128, 2^-127) may give 0. Two widths: 2 spans and 17 spans; 1, 3 and 16 tokens.
-  const bool dot = bf16_dot_available();
-  if (!dot) WARN("no AVX512-BF16 on this CPU: only the rounded-fp32 fallback is exercised");
-  for (const std::int64_t cols : {128, 1088}) {
-    const std::int64_t nb = cols / 32;
-    packed_matrix w;
-    w.rows = 256;
-    w.cols = cols;
-    w.packed.assign(static_cast<std::size_t>(w.rows * cols / 2), 0);
-    w.scales.resize(static_cast<std::size_t>(w.rows * nb));
-    for (std::int64_t e = 0; e < w.rows; ++e) {
-      w.packed[static_cast<std::size_t>(e * cols / 2 + (e % nb) * 16)] = 0x01; // E2M1 code 1 = 0.5
-      for (std::int64_t b = 0; b < nb; ++b)
-        w.scales[static_cast<std::size_t>(e * nb + b)] = static_cast<std::uint8_t>(b == e % nb ? e : 30 + (e + 7 * b) % 200);
-    }
-    for (const std::int64_t m : {1, 3, 16}) {
-      std::vector<float> x(static_cast<std::size_t>(m * cols), 0.0f), y(static_cast<std::size_t>(m * w.rows), -1.0f);
-      for (std::int64_t t = 0; t < m; ++t)
-        for (std::int64_t b = 0; b < nb; ++b) x[static_cast<std::size_t>(t * cols + 32 * b)] = 3.0f;
-      gemm(x.data(), cols, m, matrix_view::of(w), y.data(), w.rows, activations::bf16);
-      for (std::int64_t t = 0; t < m; ++t)
-        for (std::int64_t e = 0; e < w.rows; ++e) {
-          INFO("cols=" << cols << " m=" << m << " token " << t << " scale byte " << e);
-          const float got = y[static_cast<std::size_t>(t * w.rows + e)];
-          const float want = 3.0f * decode(1, static_cast<std::uint8_t>(e));
-          if (e == 255) REQUIRE(std::isnan(got));
-          else if (dot && e < 2) REQUIRE((got == want || got == 0.0f));
-          else REQUIRE(got == want);
-        }
+  // 2^-128, 2^-127) may give 0. The other ISA paths multiply the rounded activations in fp32
+  // and must be exact for every byte. Two widths: 2 spans and 17 spans; 1, 3 and 16 tokens.
+  if (!bf16_dot_available()) WARN("no AVX512-BF16 on this CPU: only the rounded-fp32 fallbacks are exercised");
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    const bool dot = bf16_dot_available();
+    for (const std::int64_t cols : {128, 1088}) {
+      const std::int64_t nb = cols / 32;
+      packed_matrix w;
+      w.rows = 256;
+      w.cols = cols;
+      w.packed.assign(static_cast<std::size_t>(w.rows * cols / 2), 0);
+      w.scales.resize(static_cast<std::size_t>(w.rows * nb));
+      for (std::int64_t e = 0; e < w.rows; ++e) {
+        w.packed[static_cast<std::size_t>(e * cols / 2 + (e % nb) * 16)] = 0x01; // E2M1 code 1 = 0.5
+        for (std::int64_t b = 0; b < nb; ++b)
+          w.scales[static_cast<std::size_t>(e * nb + b)] = static_cast<std::uint8_t>(b == e % nb ? e : 30 + (e + 7 * b) % 200);
+      }
+      for (const std::int64_t m : {1, 3, 16}) {
+        std::vector<float> x(static_cast<std::size_t>(m * cols), 0.0f), y(static_cast<std::size_t>(m * w.rows), -1.0f);
+        for (std::int64_t t = 0; t < m; ++t)
+          for (std::int64_t b = 0; b < nb; ++b) x[static_cast<std::size_t>(t * cols + 32 * b)] = 3.0f;
+        gemm(x.data(), cols, m, matrix_view::of(w), y.data(), w.rows, activations::bf16);
+        for (std::int64_t t = 0; t < m; ++t)
+          for (std::int64_t e = 0; e < w.rows; ++e) {
+            INFO("isa=" << to_string(path) << " cols=" << cols << " m=" << m << " token " << t << " scale byte " << e);
+            const float got = y[static_cast<std::size_t>(t * w.rows + e)];
+            const float want = 3.0f * decode(1, static_cast<std::uint8_t>(e));
+            if (e == 255) REQUIRE(std::isnan(got));
+            else if (dot && e < 2) REQUIRE((got == want || got == 0.0f));
+            else REQUIRE(got == want);
+          }
+      }
     }
   }
 }
