@@ -28,7 +28,9 @@
 //   server → the same chunk objects as SSE, each with "request_id": "<client id>" added;
 //            {"request_id": …, "done": true} where SSE sends [DONE];
 //            {"request_id": …, "error": {…OpenAI error object…}} for a rejected or failed request.
-//   One socket carries any number of concurrent requests (streaming is implied).
+//   One socket carries any number of concurrent requests (streaming is implied). A cancel
+//   applies to the request with its id sent before it, never to a later one (ids may be reused
+//   once their request is done).
 
 #include <atomic>
 #include <cstdint>

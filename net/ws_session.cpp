@@ -1,10 +1,17 @@
 // The WebSocket endpoint /v1/ws (protocol in net/http_server.hpp): any number of concurrent
 // streaming requests per socket. Requests are prepared on the preparation pool like HTTP ones;
 // a socket that goes away cancels everything it carried.
+//
+// A cancel applies to the request with its id that the client sent before it, and to no later
+// one: envelopes are parsed on the pool (two messages may finish parsing in either order), so
+// every message carries its arrival number from the I/O thread, and a cancel that finds no live
+// request is kept with its number until a request sent earlier starts. A cancel that arrives
+// just after its request finished is therefore dropped, not applied to the next request that
+// reuses the id.
 #include <deque>
 #include <map>
 #include <optional>
-#include <set>
+#include <algorithm>
 
 #include <boost/beast/websocket.hpp>
 
@@ -37,15 +44,15 @@ private:
   void on_read(beast::error_code ec, std::size_t) {
     if (ec) { // socket gone: cancel everything it carried
       closed_ = true;
-      for (const auto& [cid, rid] : live_) {
-        core_.eng.cancel(rid);
+      for (const auto& [cid, live] : live_) {
+        core_.eng.cancel(live.id);
         core_.metrics.disconnected();
       }
       return;
     }
     auto text = std::make_shared<std::string>(beast::buffers_to_string(buf_.data()));
     buf_.consume(buf_.size());
-    handle(text);
+    handle(text, ++received_);
     read();
   }
 
@@ -82,9 +89,9 @@ private:
   }
 
   // Parsing the envelope is cheap; the body's preparation goes to the pool.
-  void handle(const std::shared_ptr<std::string>& text) {
+  void handle(const std::shared_ptr<std::string>& text, std::uint64_t seq) {
     auto self = shared_from_this();
-    asio::post(core_.prep, [self, text] {
+    asio::post(core_.prep, [self, text, seq] {
       std::string cid, type;
       std::optional<api_error> err;
       std::shared_ptr<const json::value> body;
@@ -108,32 +115,43 @@ private:
       } catch (const std::exception& e) {
         err = api_error(500, std::string("internal error: ") + e.what(), "", "internal_error");
       }
-      if (err || type == "cancel") return self->prepared_done(cid, type, nullptr, err);
+      if (err || type == "cancel") return self->prepared_done(cid, type, seq, nullptr, err);
       self->core_.prepare_async(type == "chat.completions" ? "/v1/chat/completions" : "/v1/completions", body,
-                                [self, cid, type](std::shared_ptr<frontend::prepared> p, std::optional<api_error> e) {
+                                [self, cid, type, seq](std::shared_ptr<frontend::prepared> p, std::optional<api_error> e) {
                                   if (!e && p && p->n != 1)
                                     e = api_error(400, "n: n > 1 is served over HTTP; send one WebSocket request per choice", "n");
-                                  self->prepared_done(cid, type, std::move(p), std::move(e));
+                                  self->prepared_done(cid, type, seq, std::move(p), std::move(e));
                                 });
     });
   }
 
-  void prepared_done(const std::string& cid, const std::string& type, std::shared_ptr<frontend::prepared> p,
-                     std::optional<api_error> err) {
+  void prepared_done(const std::string& cid, const std::string& type, std::uint64_t seq,
+                     std::shared_ptr<frontend::prepared> p, std::optional<api_error> err) {
     auto self = shared_from_this();
-    asio::post(ws_.get_executor(), [self, cid, type, p, err] {
+    asio::post(ws_.get_executor(), [self, cid, type, seq, p, err] {
       if (err) return self->reject(cid, *err);
-      if (type == "cancel") {
-        if (auto it = self->live_.find(cid); it != self->live_.end()) self->core_.eng.cancel(it->second);
-        else if (self->early_cancels_.size() < 1024) self->early_cancels_.insert(cid); // its request is still being prepared
-        return;
-      }
-      self->start(cid, std::move(*p));
+      if (type == "cancel") return self->cancel(cid, seq);
+      self->start(cid, seq, std::move(*p));
     });
   }
 
-  void start(const std::string& cid, frontend::prepared p) {
-    if (early_cancels_.erase(cid)) return send("{\"request_id\":" + json::quote(cid) + ",\"done\":true}");
+  void cancel(const std::string& cid, std::uint64_t seq) {
+    if (auto it = live_.find(cid); it != live_.end()) {
+      if (it->second.seq < seq) core_.eng.cancel(it->second.id);
+      return;
+    }
+    // Its request may still be in preparation: keep the newest cancel per id. Bounded, because
+    // a cancel whose request finished long ago is only dropped when the id is used again.
+    if (auto it = early_cancels_.find(cid); it != early_cancels_.end()) it->second = std::max(it->second, seq);
+    else if (early_cancels_.size() < 1024) early_cancels_.emplace(cid, seq);
+  }
+
+  void start(const std::string& cid, std::uint64_t seq, frontend::prepared p) {
+    if (auto it = early_cancels_.find(cid); it != early_cancels_.end()) {
+      const bool for_this = it->second > seq; // sent after this request: it cancels it
+      early_cancels_.erase(it);               // either way it concerns no request sent after this one
+      if (for_this) return send("{\"request_id\":" + json::quote(cid) + ",\"done\":true}");
+    }
     if (live_.count(cid)) return reject(cid, api_error(400, "id: a request with this id is still running on this socket", "id"));
     auto builder = std::make_shared<response_builder>(p.setup);
     p.gp.structural_ids = builder->structural_ids();
@@ -171,7 +189,7 @@ private:
       return send(tag(cid, error_json(http_server::impl::submit_error(r))));
     }
     ++core_.active;
-    live_[cid] = r.id;
+    live_[cid] = {r.id, seq};
     if (closed_) core_.eng.cancel(r.id); // the socket went away while this was being prepared
   }
 
@@ -180,8 +198,13 @@ private:
   connection_slot slot_;
   beast::flat_buffer buf_;
   std::deque<std::string> out_;
-  std::map<std::string, engine::request_id> live_;
-  std::set<std::string> early_cancels_; ///< cancels that overtook their request's preparation
+  struct live_request {
+    engine::request_id id;
+    std::uint64_t seq; ///< arrival number of the message that started it
+  };
+  std::map<std::string, live_request> live_;
+  std::map<std::string, std::uint64_t> early_cancels_; ///< id → arrival number of a cancel that found no live request
+  std::uint64_t received_ = 0;                         ///< messages read so far (I/O thread only)
   bool closed_ = false;
 };
 

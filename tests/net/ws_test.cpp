@@ -68,6 +68,22 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   // bad: an OpenAI error object naming the field, the socket stays usable.
   REQUIRE(got["bad"].size() == 1u);
   CHECK(got["bad"][0].find("error")->find("param")->s == "temperature");
+  // A cancel that arrives after its request finished cancels nothing: the id's next request
+  // (ids may be reused once their request is done) runs to its end.
+  send(R"({"type":"cancel","id":"a"})");
+  send(R"({"type":"chat.completions","id":"a","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"stream_options":{"include_usage":true}}})");
+  std::vector<json::value> again;
+  for (;;) {
+    beast::flat_buffer buf;
+    ws.read(buf);
+    auto v = json::parse(beast::buffers_to_string(buf.data()));
+    REQUIRE(v.find("request_id")->s == "a");
+    if (v.find("done")) break;
+    again.push_back(std::move(v));
+  }
+  REQUIRE(again.size() >= 3u);
+  CHECK(again.back().find("usage")->find("completion_tokens")->s == "5");
+  CHECK(again[again.size() - 2].find("choices")->items[0].find("finish_reason")->s == "length");
   ws.close(websocket::close_code::normal);
 }
 
