@@ -35,7 +35,7 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   auto send = [&](const std::string& s) { ws.write(boost::asio::buffer(s)); };
   send(R"({"type":"chat.completions","id":"a","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"stream_options":{"include_usage":true}}})");
   send(R"({"type":"completions","id":"b","body":{"prompt":"Hello","max_tokens":3,"temperature":0}})");
-  send(R"({"type":"chat.completions","id":"c","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":60000,"ignore_eos":true,"stream_options":{"include_usage":true}}})");
+  send(R"({"type":"chat.completions","id":"c","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":60000,"temperature":0,"ignore_eos":true,"stream_options":{"include_usage":true}}})");
   send(R"({"type":"chat.completions","id":"bad","body":{"messages":[{"role":"user","content":"Hi"}],"temperature":"hot"}})");
   std::map<std::string, std::vector<json::value>> got;
   std::map<std::string, bool> done;
@@ -47,7 +47,9 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
     const std::string id = v.find("request_id")->s;
     if (v.find("done")) done[id] = true;
     else got[id].push_back(std::move(v));
-    if (id == "c" && !cancelled && got["c"].size() >= 3) {
+    // The role chunk comes with c's first token, whatever the text: cancel then, so the test
+    // does not depend on how much of the demo model's output the reply parser holds back.
+    if (id == "c" && !cancelled && !got["c"].empty()) {
       send(R"({"type":"cancel","id":"c"})");
       cancelled = true;
     }
@@ -62,7 +64,7 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   CHECK(got["b"].back().find("choices")->items[0].find("finish_reason")->s == "length");
   // c: cancelled long before its 60000 tokens (the tokens decoded while the cancel was in
   // flight still count; a fast machine may decode a few hundred of them).
-  REQUIRE(got["c"].size() >= 4u);
+  REQUIRE(got["c"].size() >= 3u); // role, finish, usage
   CHECK(got["c"][got["c"].size() - 2].find("choices")->items[0].find("finish_reason")->s == "abort");
   CHECK(std::stoi(got["c"].back().find("usage")->find("completion_tokens")->s) < 6000);
   // bad: an OpenAI error object naming the field, the socket stays usable.
