@@ -1,6 +1,8 @@
 // The WebSocket endpoint /v1/ws (protocol in net/http_server.hpp): any number of concurrent
 // streaming requests per socket. Requests are prepared on the preparation pool like HTTP ones;
-// a socket that goes away cancels everything it carried.
+// a socket that goes away cancels everything it carried. A client that leaves one write unread
+// for --write-timeout seconds is dropped like an HTTP one (its requests cancelled, their slots
+// freed): Beast's WebSocket timeouts cover the handshake and idle reads, not a stuck write.
 //
 // A cancel applies to the request with its id that the client sent before it, and to no later
 // one: envelopes are parsed on the pool (two messages may finish parsing in either order), so
@@ -25,7 +27,7 @@ namespace websocket = beast::websocket;
 class ws_session : public std::enable_shared_from_this<ws_session> {
 public:
   ws_session(tcp::socket&& s, http_server::impl& core, connection_slot slot)
-      : ws_(std::move(s)), core_(core), slot_(std::move(slot)) {}
+      : ws_(std::move(s)), core_(core), slot_(std::move(slot)), write_timer_(ws_.get_executor()) {}
 
   void run(http::request<http::string_body> req) {
     auto t = websocket::stream_base::timeout::suggested(beast::role_type::server);
@@ -66,7 +68,15 @@ private:
   }
   void write_next() {
     ws_.text(true);
+    write_timer_.expires_after(secs(core_.cfg.write_timeout));
+    write_timer_.async_wait([self = shared_from_this(), seq = writes_done_](beast::error_code ec) {
+      if (ec || self->writes_done_ != seq || self->closed_) return; // that write finished in time
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->ws_).socket().close(ignored); // the pending read and write fail: cleanup there
+    });
     ws_.async_write(asio::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      ++self->writes_done_;
+      self->write_timer_.cancel();
       self->out_.pop_front();
       if (ec) {
         self->closed_ = true;
@@ -205,6 +215,8 @@ private:
   std::map<std::string, live_request> live_;
   std::map<std::string, std::uint64_t> early_cancels_; ///< id → arrival number of a cancel that found no live request
   std::uint64_t received_ = 0;                         ///< messages read so far (I/O thread only)
+  asio::steady_timer write_timer_;                     ///< --write-timeout for the write in flight
+  std::uint64_t writes_done_ = 0;
   bool closed_ = false;
 };
 

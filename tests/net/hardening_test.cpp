@@ -353,3 +353,31 @@ TEST_CASE("hardening: the web page at /, --no-ui, CORS with --allowed-origins, W
     CHECK(c.read_until("\r\n").find(" 101 ") != std::string::npos);
   }
 }
+
+TEST_CASE("hardening: a client that stops reading its stream is dropped after --write-timeout, its request cancelled", "[net][hardening]") {
+  server s({"--write-timeout", "0.5", "--max-model-len", "65536"});
+  // The kernel buffers a few MB of a stream nobody reads (the server's send buffer grows on
+  // loopback) before a write blocks; 16 choices with 20 alternatives per token (~1 KB a chunk)
+  // fill that in a few thousand tokens, far fewer than the 16 × 60000 asked for (without the
+  // timeout the request would run on for minutes). A 4 KB receive window keeps the client's side small.
+  test::raw_connection a(s.port, 4096);
+  const std::string body = R"({"prompt":"Hi","max_tokens":60000,"temperature":0,"ignore_eos":true,"stream":true,"logprobs":20,"n":16})";
+  a.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::string m;
+  bool dropped = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!dropped && ms_since(t0) < 60000) {
+    m = http_request(s.port, "GET", "/metrics").body;
+    dropped = m.find("k3:http_requests_client_disconnected_total{model_name=\"Kimi-K3\"} 1") != std::string::npos &&
+              m.find("k3:kda_state_slots_used{model_name=\"Kimi-K3\"} 0") != std::string::npos &&
+              m.find("k3:num_requests_running{model_name=\"Kimi-K3\"} 0") != std::string::npos;
+  }
+  INFO(m);
+  CHECK(dropped);
+  // The server closed the connection: what the client reads now ends (not a timeout).
+  bool timed_out = false;
+  a.read_all(10000, &timed_out);
+  CHECK_FALSE(timed_out);
+  CHECK(http_request(s.port, "GET", "/health").status == 200);
+}

@@ -14,8 +14,10 @@
 namespace k3::test {
 namespace {
 
-int connect_to(int port) {
+int connect_to(int port, int rcvbuf = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  // Set before connect, so the advertised window stays small from the handshake on.
+  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -116,7 +118,7 @@ http_response parse_response(const std::string& raw) {
   return r;
 }
 
-raw_connection::raw_connection(int port) : fd_(connect_to(port)) {}
+raw_connection::raw_connection(int port, int rcvbuf) : fd_(connect_to(port, rcvbuf)) {}
 raw_connection::~raw_connection() { close(); }
 void raw_connection::send(const std::string& d) { send_all(fd_, d); }
 std::string raw_connection::read_until(const std::string& needle) {

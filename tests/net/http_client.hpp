@@ -27,7 +27,9 @@ http_response parse_response(const std::string& raw);
 /// A connection the test can read from partially and then drop (disconnect tests).
 class raw_connection {
 public:
-  explicit raw_connection(int port);
+  /// rcvbuf > 0: the socket's receive buffer (SO_RCVBUF) in bytes, for a client that stops
+  /// reading and should fill the server's send path quickly.
+  explicit raw_connection(int port, int rcvbuf = 0);
   ~raw_connection();
   void send(const std::string& data);
   /// Reads until `needle` has been seen (or the peer closes); returns everything read.

@@ -1,6 +1,7 @@
 // WebSocket endpoint /v1/ws of a real `k3 serve`: several requests on one socket, cancel.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <map>
 
 #include <boost/asio.hpp>
@@ -90,6 +91,43 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
 }
 
 #include "tests/net/http_client.hpp"
+
+TEST_CASE("server: a WebSocket client that stops reading is dropped after --write-timeout, its requests cancelled", "[net]") {
+  test::temp_dir d("ws_slow");
+  model::make_model({}, d.str());
+  test::child_process srv({K3_BINARY, "serve", "--model", d.str(), "--port", "0", "--max-model-len", "65536",
+                           "--kv-cache-memory", "67108864", "--write-timeout", "0.5", "--served-model-name", "Kimi-K3"});
+  const int port = srv.port_after("127.0.0.1");
+  REQUIRE(port > 0);
+  boost::asio::io_context ioc;
+  tcp::resolver res(ioc);
+  websocket::stream<tcp::socket> ws(ioc);
+  // The kernel buffers a few MB of what nobody reads before a write blocks; 20 alternatives per
+  // token make every chunk ~1 KB. A 4 KB receive window (set before connecting) keeps the
+  // client's side small.
+  ws.next_layer().open(tcp::v4());
+  ws.next_layer().set_option(boost::asio::socket_base::receive_buffer_size(4096));
+  boost::asio::connect(ws.next_layer(), res.resolve("127.0.0.1", std::to_string(port)));
+  ws.handshake("127.0.0.1", "/v1/ws");
+  for (int i = 0; i < 16; ++i) { // sixteen streams fill it sixteen times as fast as one
+    const std::string msg = std::string(R"({"type":"completions","id":"r)") + std::to_string(i) +
+                            R"(","body":{"prompt":"Hi","max_tokens":60000,"temperature":0,"ignore_eos":true,"logprobs":20}})";
+    ws.write(boost::asio::buffer(msg));
+  }
+  // Never read again; the server must give up on the socket and free all sixteen requests.
+  std::string m;
+  bool dropped = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!dropped && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    m = test::http_request(port, "GET", "/metrics").body;
+    dropped = m.find("k3:http_requests_client_disconnected_total{model_name=\"Kimi-K3\"} 16") != std::string::npos &&
+              m.find("k3:kda_state_slots_used{model_name=\"Kimi-K3\"} 0") != std::string::npos &&
+              m.find("k3:num_requests_running{model_name=\"Kimi-K3\"} 0") != std::string::npos;
+  }
+  INFO(m);
+  CHECK(dropped);
+  CHECK(test::http_request(port, "GET", "/health").status == 200);
+}
 
 TEST_CASE("server: tool-call arguments stream over WebSocket and equal the non-streamed HTTP arguments", "[net]") {
   test::temp_dir d("ws_tools");
