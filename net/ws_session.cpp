@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <algorithm>
+#include <set>
 
 #include <boost/beast/websocket.hpp>
 
@@ -54,7 +55,8 @@ private:
     }
     auto text = std::make_shared<std::string>(beast::buffers_to_string(buf_.data()));
     buf_.consume(buf_.size());
-    handle(text, ++received_);
+    preparing_.insert(++received_);
+    handle(text, received_);
     read();
   }
 
@@ -139,9 +141,11 @@ private:
                      std::shared_ptr<frontend::prepared> p, std::optional<api_error> err) {
     auto self = shared_from_this();
     asio::post(ws_.get_executor(), [self, cid, type, seq, p, err] {
-      if (err) return self->reject(cid, *err);
-      if (type == "cancel") return self->cancel(cid, seq);
-      self->start(cid, seq, std::move(*p));
+      self->preparing_.erase(seq);
+      if (err) self->reject(cid, *err);
+      else if (type == "cancel") self->cancel(cid, seq);
+      else self->start(cid, seq, std::move(*p));
+      self->forget_stale_cancels();
     });
   }
 
@@ -150,10 +154,20 @@ private:
       if (it->second.seq < seq) core_.eng.cancel(it->second.id);
       return;
     }
-    // Its request may still be in preparation: keep the newest cancel per id. Bounded, because
-    // a cancel whose request finished long ago is only dropped when the id is used again.
+    // Its request may still be in preparation (only a message sent before this one can be it):
+    // keep the newest cancel per id until no earlier message is left in preparation.
+    if (preparing_.empty() || *preparing_.begin() > seq) return;
     if (auto it = early_cancels_.find(cid); it != early_cancels_.end()) it->second = std::max(it->second, seq);
-    else if (early_cancels_.size() < 1024) early_cancels_.emplace(cid, seq);
+    else if (early_cancels_.size() < 4096) early_cancels_.emplace(cid, seq);
+  }
+
+  /// Drops kept cancels that no message still in preparation was sent before: their requests
+  /// started (and took them), failed, or never existed. The map only holds cancels sent while
+  /// an earlier message was still being prepared (and at most 4096 of those).
+  void forget_stale_cancels() {
+    if (early_cancels_.empty()) return;
+    const std::uint64_t oldest = preparing_.empty() ? ~std::uint64_t{0} : *preparing_.begin();
+    std::erase_if(early_cancels_, [&](const auto& kv) { return kv.second < oldest; });
   }
 
   void start(const std::string& cid, std::uint64_t seq, frontend::prepared p) {
@@ -215,6 +229,7 @@ private:
   std::map<std::string, live_request> live_;
   std::map<std::string, std::uint64_t> early_cancels_; ///< id → arrival number of a cancel that found no live request
   std::uint64_t received_ = 0;                         ///< messages read so far (I/O thread only)
+  std::set<std::uint64_t> preparing_;                  ///< arrival numbers of messages still being prepared
   asio::steady_timer write_timer_;                     ///< --write-timeout for the write in flight
   std::uint64_t writes_done_ = 0;
   bool closed_ = false;

@@ -87,6 +87,30 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   REQUIRE(again.size() >= 3u);
   CHECK(again.back().find("usage")->find("completion_tokens")->s == "5");
   CHECK(again[again.size() - 2].find("choices")->items[0].find("finish_reason")->s == "length");
+  // A cancel sent right behind a request that takes a while to prepare (a 20000-word prompt)
+  // usually overtakes its preparation: the request then ends before it starts (only "done"),
+  // else it is cancelled running. Either way it ends long before its 20000 tokens.
+  std::string words;
+  for (int i = 0; i < 20000; ++i) words += "hi ";
+  send(R"({"type":"completions","id":"p","body":{"prompt":")" + words +
+       R"(","max_tokens":20000,"temperature":0,"ignore_eos":true,"stream_options":{"include_usage":true}}})");
+  send(R"({"type":"cancel","id":"p"})");
+  std::vector<json::value> p;
+  for (;;) {
+    beast::flat_buffer buf;
+    ws.read(buf);
+    auto v = json::parse(beast::buffers_to_string(buf.data()));
+    REQUIRE(v.find("request_id")->s == "p");
+    INFO(beast::buffers_to_string(buf.data()).substr(0, 300));
+    REQUIRE(!v.find("error")); // an error comes without "done": stop here rather than wait
+    if (v.find("done")) break;
+    p.push_back(std::move(v));
+  }
+  if (!p.empty()) {
+    REQUIRE(p.size() >= 2u);
+    CHECK(p[p.size() - 2].find("choices")->items[0].find("finish_reason")->s == "abort");
+    CHECK(std::stoi(p.back().find("usage")->find("completion_tokens")->s) < 2000);
+  }
   ws.close(websocket::close_code::normal);
 }
 
