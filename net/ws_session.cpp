@@ -7,13 +7,13 @@
 // A cancel applies to the request with its id that the client sent before it, and to no later
 // one: envelopes are parsed on the pool (two messages may finish parsing in either order), so
 // every message carries its arrival number from the I/O thread, and a cancel that finds no live
-// request is kept with its number until a request sent earlier starts. A cancel that arrives
-// just after its request finished is therefore dropped, not applied to the next request that
-// reuses the id.
+// request is kept with its number only while a message sent before it is still being prepared.
+// A cancel that arrives just after its request finished is therefore dropped, not applied to the
+// next request that reuses the id.
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
-#include <algorithm>
 #include <set>
 
 #include <boost/beast/websocket.hpp>
