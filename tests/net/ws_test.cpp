@@ -18,6 +18,27 @@ namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 using tcp = boost::asio::ip::tcp;
 
+namespace {
+
+/// Reads the socket's messages, all for request `id`, up to its "done"; returns the chunks. An
+/// error fails the test at once (an error comes without "done": waiting would hang).
+std::vector<json::value> replies_until_done(websocket::stream<tcp::socket>& ws, const std::string& id) {
+  std::vector<json::value> out;
+  for (;;) {
+    beast::flat_buffer buf;
+    ws.read(buf);
+    const std::string text = beast::buffers_to_string(buf.data());
+    INFO(text.substr(0, 300));
+    auto v = json::parse(text);
+    REQUIRE(v.find("request_id")->s == id);
+    REQUIRE(!v.find("error"));
+    if (v.find("done")) return out;
+    out.push_back(std::move(v));
+  }
+}
+
+} // namespace
+
 TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") {
   test::temp_dir d("ws");
   model::make_model({}, d.str());
@@ -75,15 +96,7 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   // (ids may be reused once their request is done) runs to its end.
   send(R"({"type":"cancel","id":"a"})");
   send(R"({"type":"chat.completions","id":"a","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"stream_options":{"include_usage":true}}})");
-  std::vector<json::value> again;
-  for (;;) {
-    beast::flat_buffer buf;
-    ws.read(buf);
-    auto v = json::parse(beast::buffers_to_string(buf.data()));
-    REQUIRE(v.find("request_id")->s == "a");
-    if (v.find("done")) break;
-    again.push_back(std::move(v));
-  }
+  const auto again = replies_until_done(ws, "a");
   REQUIRE(again.size() >= 3u);
   CHECK(again.back().find("usage")->find("completion_tokens")->s == "5");
   CHECK(again[again.size() - 2].find("choices")->items[0].find("finish_reason")->s == "length");
@@ -95,17 +108,7 @@ TEST_CASE("server: WebSocket carries concurrent requests and cancels", "[net]") 
   send(R"({"type":"completions","id":"p","body":{"prompt":")" + words +
        R"(","max_tokens":20000,"temperature":0,"ignore_eos":true,"stream_options":{"include_usage":true}}})");
   send(R"({"type":"cancel","id":"p"})");
-  std::vector<json::value> p;
-  for (;;) {
-    beast::flat_buffer buf;
-    ws.read(buf);
-    auto v = json::parse(beast::buffers_to_string(buf.data()));
-    REQUIRE(v.find("request_id")->s == "p");
-    INFO(beast::buffers_to_string(buf.data()).substr(0, 300));
-    REQUIRE(!v.find("error")); // an error comes without "done": stop here rather than wait
-    if (v.find("done")) break;
-    p.push_back(std::move(v));
-  }
+  const auto p = replies_until_done(ws, "p");
   if (!p.empty()) {
     REQUIRE(p.size() >= 2u);
     CHECK(p[p.size() - 2].find("choices")->items[0].find("finish_reason")->s == "abort");
