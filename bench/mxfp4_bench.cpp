@@ -201,7 +201,8 @@ int run_mxfp4_bench(const kernel_bench_options& opts) {
   for (const auto& [m, act] : {std::pair{1, mxfp4::activations::fp32}, std::pair{4, mxfp4::activations::fp32},
                                 std::pair{8, mxfp4::activations::fp32}, std::pair{16, mxfp4::activations::fp32},
                                 std::pair{64, mxfp4::activations::fp32}, std::pair{1, mxfp4::activations::bf16},
-                                std::pair{16, mxfp4::activations::bf16}, std::pair{1, mxfp4::activations::int8},
+                                std::pair{4, mxfp4::activations::bf16}, std::pair{16, mxfp4::activations::bf16},
+                                std::pair{64, mxfp4::activations::bf16}, std::pair{1, mxfp4::activations::int8},
                                 std::pair{4, mxfp4::activations::int8}, std::pair{8, mxfp4::activations::int8},
                                 std::pair{16, mxfp4::activations::int8}, std::pair{64, mxfp4::activations::int8}}) {
     if (act == mxfp4::activations::bf16 && !bf16_dot_available()) continue; // no AVX512-BF16 here

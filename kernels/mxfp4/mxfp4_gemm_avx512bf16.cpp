@@ -3,8 +3,9 @@
 // twice an fp32 FMA's).
 //
 // The model's opt-in bf16 activations (activations::bf16) on CPUs with AVX512-BF16, for every
-// token count (grouped M = 16: ~1.2–1.4× the fp32 kernel, M = 1: ~0.9×), so that a token's
-// result never depends on its batch; see mxfp4_gemm.cpp.
+// token count, so that a token's result never depends on its batch; see mxfp4_gemm.cpp.
+// Against the fp32 kernel on a Zen 5 (K3 expert shapes, 2 threads): grouped M = 16 1.6–1.8×,
+// M = 1 about equal (README: the Xeon figures, taken before the passes of 4 below).
 //
 // Decode: two 16-byte blocks (64 weights) are zero-extended to 32 words; the low nibble of word
 // i is column 2i of the span and the high nibble column 2i+1. vpermw over a 32-entry table —
@@ -33,7 +34,9 @@ namespace k3::mxfp4::detail {
 namespace {
 
 // R rows × TG tokens over every 64-column span. xb: [TG][spans][64] bf16 (32 even, 32 odd).
-template <int R, int TG>
+// Prefetch: whether this pass prefetches (only the first token pass of a row group does; the
+// others find the rows in L1).
+template <int R, int TG, bool Prefetch>
 void micro_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t row_bytes, std::int64_t nb,
                 const std::uint16_t* luts, const std::uint16_t* xb, std::int64_t spans, float* y, std::int64_t ldy, int tokens,
                 const std::uint8_t* pf_packed, const std::uint8_t* pf_scales) {
@@ -42,11 +45,16 @@ void micro_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int
   __m512 acc[R][TG];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < TG; ++t) acc[r][t] = _mm512_setzero_ps();
-  // The group's scale bytes a prefetch distance ahead, then one line of packed bytes per R·32
-  // bytes consumed (prefetch_chain).
-  for (std::int64_t o = 0; o < R * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf_scales + o), _MM_HINT_T0);
+  // The group's scale bytes a prefetch distance ahead, then the packed bytes as far ahead,
+  // span by span as this group's are consumed (prefetch_chain).
+  if constexpr (Prefetch)
+    for (std::int64_t o = 0; o < R * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf_scales + o), _MM_HINT_T0);
   for (std::int64_t s = 0; s < spans; ++s) {
-    _mm_prefetch(reinterpret_cast<const char*>(pf_packed + s * 32 * R), _MM_HINT_T0);
+    // Every line of the R·32 bytes this span consumes (one prefetch per span left half of
+    // them to the hardware at R = 4: 0.6–0.77 of streaming at M = 1 instead of 0.8–0.94).
+    if constexpr (Prefetch)
+      for (int o = 0; o < 32 * R; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf_packed + s * 32 * R + o), _MM_HINT_T0);
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* p = packed + r * row_bytes + s * 32;
       const std::uint8_t* sc = scales + r * nb + 2 * s;
@@ -69,29 +77,41 @@ void micro_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int
     }
 }
 
-template <int R, int TG>
-void rows_bf16(const matrix_view& w, std::int64_t r0, std::int64_t r1, const std::uint16_t* xb, const std::uint16_t* luts,
-               float* y, std::int64_t ldy, int tokens, const next_rows& next) {
-  const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, spans = w.cols / 64;
-  const prefetch_chain pf(w, r1, R, next);
-  std::int64_t r = r0;
-  for (; r + R <= r1; r += R)
-    micro_bf16<R, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens, pf.packed(r),
-                      pf.scales(r));
-  for (; r < r1; ++r)
-    micro_bf16<1, TG>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tokens, pf.packed(r),
-                      pf.scales(r));
+// One row group against the tile's tokens in passes of up to 4 (16 accumulators, 8 activation
+// loads and 4 row decodes per 32 vdpbf16ps): the R rows are read from memory once, by the first
+// pass, and from L1 by the others. A pass of 3 runs as 4 over a zero token.
+template <int R>
+void group_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t row_bytes, std::int64_t nb,
+                const std::uint16_t* luts, const std::uint16_t* xb, std::int64_t spans, float* y, std::int64_t ldy, int tg,
+                const std::uint8_t* pf_packed, const std::uint8_t* pf_scales) {
+  for (int t0 = 0; t0 < tg; t0 += 4) {
+    const int left = tg - t0;
+    const std::uint16_t* xt = xb + static_cast<std::int64_t>(t0) * spans * 64;
+    float* yt = y + static_cast<std::int64_t>(t0) * ldy;
+    if (t0 == 0) {
+      if (left <= 1) micro_bf16<R, 1, true>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
+      else if (left <= 2) micro_bf16<R, 2, true>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
+      else micro_bf16<R, 4, true>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
+    } else {
+      if (left <= 1) micro_bf16<R, 1, false>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
+      else if (left <= 2) micro_bf16<R, 2, false>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
+      else micro_bf16<R, 4, false>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
+    }
+  }
 }
 
 } // namespace
 
 void tile_bf16(const std::uint16_t* xb, int tg, const matrix_view& w, std::int64_t r0, std::int64_t r1, float* y,
                std::int64_t ldy, const std::uint16_t* luts, const next_rows& next) {
-  if (tg <= 1) rows_bf16<4, 1>(w, r0, r1, xb, luts, y, ldy, tg, next);
-  else if (tg <= 2) rows_bf16<4, 2>(w, r0, r1, xb, luts, y, ldy, tg, next);
-  else if (tg <= 4) rows_bf16<4, 4>(w, r0, r1, xb, luts, y, ldy, tg, next);
-  else if (tg <= 8) rows_bf16<2, 8>(w, r0, r1, xb, luts, y, ldy, tg, next);
-  else rows_bf16<1, 16>(w, r0, r1, xb, luts, y, ldy, tg, next);
+  constexpr int R = 4;
+  const std::int64_t nb = w.cols / block_size, rb = w.cols / 2, spans = w.cols / 64;
+  const prefetch_chain pf(w, r1, R, next);
+  std::int64_t r = r0;
+  for (; r + R <= r1; r += R)
+    group_bf16<R>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tg, pf.packed(r), pf.scales(r));
+  for (; r < r1; ++r)
+    group_bf16<1>(w.packed + r * rb, w.scales + r * nb, rb, nb, luts, xb, spans, y + r, ldy, tg, pf.packed(r), pf.scales(r));
 }
 
 } // namespace k3::mxfp4::detail
@@ -124,8 +144,10 @@ const std::uint16_t* bf16_luts() {
 
 void gemm_rows_avx512bf16(const float* x, std::int64_t ldx, std::int64_t m, const matrix_view& w, std::int64_t r0,
                           std::int64_t r1, float* y, std::int64_t ldy, const next_rows& next) {
-  // Token tiles of up to 16, each row decoded once per tile. (Tiles of 4, whose activations
-  // stay in L1, and column chunks measured no faster on a Sapphire Rapids-class Xeon.)
+  // Token tiles of up to 16 (the rows stream from memory once per tile), each row group then
+  // decoded once per pass of 4 tokens (group_bf16). One pass of 16 tokens per row decoded each
+  // row once per tile but loaded 32 activation vectors per 32 vdpbf16ps and ran at a third of
+  // the speed on a Zen 5 (M = 16, K3 expert shapes: 156–201 vs 441–445 GFLOP/s).
   constexpr int max_tg = 16;
   const std::int64_t spans = w.cols / 64;
   thread_local std::vector<std::uint16_t> xb;
@@ -133,7 +155,7 @@ void gemm_rows_avx512bf16(const float* x, std::int64_t ldx, std::int64_t m, cons
   const std::uint16_t* luts = bf16_luts();
   for (std::int64_t t0 = 0; t0 < m; t0 += max_tg) {
     const int tg = static_cast<int>(std::min<std::int64_t>(max_tg, m - t0));
-    const int padded = tg <= 1 ? 1 : tg <= 2 ? 2 : tg <= 4 ? 4 : tg <= 8 ? 8 : 16;
+    const int padded = tg <= 2 ? tg : (tg + 3) / 4 * 4; // group_bf16's passes of 1, 2 or 4
     // Activations rounded to bf16 (nearest even) once per tile, in the weights' lane order;
     // padding tokens are zeros (their sums are never stored).
     for (int t = 0; t < padded; ++t)
