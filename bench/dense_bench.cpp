@@ -26,6 +26,8 @@ namespace {
 // vocab 16384): 132 bf16 matrices, 470 MB, in the model's order and grouped as it calls them
 // (projections of one input in one gemm_bf16_multi), against a streaming read of the same
 // bytes as one buffer. Small matrices (1–22 MB, k = 64…7168) are what decode actually streams.
+// At 16 tokens (batched decode) the same calls are compute-bound: their GFLOP/s against the
+// measured fp32 FMA peak is the dense share of a batch-16 step.
 void decode_shapes_bench(double seconds) {
   using group = std::vector<std::pair<std::int64_t, std::int64_t>>; // (n, k) sharing one input
   std::vector<group> groups;
@@ -60,32 +62,41 @@ void decode_shapes_bench(double seconds) {
     for (std::int64_t i = b * 4096; i < std::min(total, (b + 1) * 4096); ++i)
       w[i] = f32_to_bf16(0.01f * std::sin(0.001f * static_cast<float>(i % 7919)));
   });
-  std::vector<float> x(7168, 0.01f), y(16384);
+  // Batch 1 (decode) and 16 (batched decode: 16 sequences' tokens share each call).
+  constexpr int max_tokens = 16;
+  std::vector<float> x(static_cast<std::size_t>(max_tokens) * 7168), y(static_cast<std::size_t>(max_tokens) * 16384);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(std::cos(0.37 * static_cast<double>(i)));
   const double bytes = static_cast<double>(total) * 2;
   std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {
       {reinterpret_cast<const std::uint8_t*>(w), static_cast<std::int64_t>(bytes)}};
   volatile std::uint64_t sink = 0;
   std::printf("\ndecode GEMVs of the README's test checkpoint: %lld matrices in %zu calls, %.0f MB (huge pages), %d threads\n",
               (long long)mats, groups.size(), bytes / 1e6, kernel_threads());
-  table t({{"activations", 20}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6}, {"us/token", 9}});
-  for (const activations act : {activations::fp32, activations::bf16}) {
-    auto pass = [&] {
-      std::int64_t off = 0;
-      for (const group& g : groups) {
-        std::vector<dense::bf16_output> outs;
-        std::int64_t row = 0;
-        for (const auto& [n, k] : g) {
-          outs.push_back({w + off, n, y.data() + row, n, act});
-          off += n * k;
-          row = (row + n) % 8192; // outputs only need to be distinct within a call
+  const peaks pk = measure_peaks();
+  table t({{"activations", 20}, {"tokens", 7}, {"GB/s weights", 13}, {"stream GB/s", 12}, {"ratio", 6},
+           {"us/step", 9}, {"GFLOP/s", 8}, {"of fp32 peak", 12}});
+  for (const int m : {1, max_tokens}) {
+    for (const activations act : {activations::fp32, activations::fp32_bf16x2, activations::bf16}) {
+      auto pass = [&] {
+        std::int64_t off = 0;
+        for (const group& g : groups) {
+          std::vector<dense::bf16_output> outs;
+          std::int64_t row = 0;
+          for (const auto& [n, k] : g) {
+            outs.push_back({w + off, n, y.data() + row, 16384, act});
+            off += n * k;
+            row = (row + n) % 8192; // outputs only need to be distinct within a call
+          }
+          dense::gemm_bf16_multi(x.data(), g.front().second, m, g.front().second, outs);
         }
-        dense::gemm_bf16_multi(x.data(), g.front().second, 1, g.front().second, outs);
-      }
-    };
-    pass();
-    const auto [tk, ts] = time_pair(pass, [&] { sink = sink + stream_read(regions); }, 2 * seconds);
-    t.row({act == activations::fp32 ? "fp32" : "bf16 (rounded once)", fmt(bytes / tk / 1e9), fmt(bytes / ts / 1e9),
-           fmt(ts / tk), fmt(tk * 1e6, 0)});
+      };
+      pass();
+      const auto [tk, ts] = time_pair(pass, [&] { sink = sink + stream_read(regions); }, 2 * seconds);
+      const double gf = 2.0 * m * static_cast<double>(total) / tk / 1e9;
+      t.row({act == activations::fp32 ? "fp32" : act == activations::bf16 ? "bf16 (rounded once)" : "bf16x2 (default)",
+             std::to_string(m), fmt(bytes / tk / 1e9), fmt(bytes / ts / 1e9), fmt(ts / tk), fmt(tk * 1e6, 0), fmt(gf, 1),
+             pk.fp32 > 0 ? fmt(gf / pk.fp32) : "-"});
+    }
   }
   (void)sink;
 }
