@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -397,6 +398,59 @@ TEST_CASE("mxfp4 gemm, bf16 activations: every scale byte scales as the format d
             else REQUIRE(got == want);
           }
       }
+    }
+  }
+}
+
+TEST_CASE("mxfp4 gemm, bf16 activations: each activation is rounded to bf16 exactly as f32_to_bf16", "[mxfp4][gemm]") {
+  // Row r holds one weight, 1.0 (E2M1 code 2, scale byte 127), in column r, so y[t][r] is the
+  // token's activation r as the kernel rounded it, bit for bit. The activations are the
+  // rounding's hard cases: ties to even both ways and both signs, all-ones low halves, values
+  // that carry into the exponent, ±0, the smallest normals, and denormals (which vdpbf16ps
+  // reads as zero, so there 0 is also accepted on the dot path). A NaN activation must come
+  // out NaN, not as the infinity its bits would round to.
+  const std::vector<std::uint32_t> hard = {
+      0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, 0x3f80ffffu, 0x3f7fffffu, 0x407fffffu, 0xc07f8001u,
+      0x00000000u, 0x80000000u, 0x00800000u, 0x80808000u, 0x00018000u, 0x807fffffu, 0x4b7f8000u, 0x7f7f7fffu,
+      0x3eaaaaabu, 0x42f6e979u, 0xc2f6e979u, 0x3dcccccdu, 0x01010101u, 0x7e800000u, 0x3f800001u, 0x3f807fffu};
+  for (isa path : test::isa_paths()) {
+    scoped_isa pin(path);
+    const bool dot = bf16_dot_available();
+    const std::int64_t cols = 128, rows = 128, nb = cols / 32;
+    packed_matrix w;
+    w.rows = rows;
+    w.cols = cols;
+    w.packed.assign(static_cast<std::size_t>(rows * cols / 2), 0);
+    w.scales.assign(static_cast<std::size_t>(rows * nb), 127);
+    for (std::int64_t r = 0; r < rows; ++r)
+      w.packed[static_cast<std::size_t>(r * cols / 2 + r / 2)] = static_cast<std::uint8_t>(r % 2 ? 0x20 : 0x02);
+    test::rng g(1207);
+    for (const std::int64_t m : {1, 3, 16, 19}) {
+      std::vector<float> x(static_cast<std::size_t>(m * cols)), y(static_cast<std::size_t>(m * rows), -1.0f);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const std::uint32_t bits = (i + static_cast<std::size_t>(m)) % 3 ? hard[(i * 7 + static_cast<std::size_t>(m)) % hard.size()]
+                                                                     : std::bit_cast<std::uint32_t>(static_cast<float>(g.normal()));
+        x[i] = std::bit_cast<float>(bits);
+      }
+      gemm(x.data(), cols, m, matrix_view::of(w), y.data(), rows, activations::bf16);
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const float in = x[static_cast<std::size_t>(t * cols + r)];
+          const float want = round_bf16(in), got = y[static_cast<std::size_t>(t * rows + r)];
+          INFO("isa=" << to_string(path) << " m=" << m << " token " << t << " row " << r << " input bits " << std::hex
+                      << std::bit_cast<std::uint32_t>(in));
+          if (dot && std::fpclassify(want) == FP_SUBNORMAL) REQUIRE((got == want || got == 0.0f));
+          else REQUIRE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want));
+        }
+    }
+    // A NaN activation, one per call: its own row must be NaN. Rounded by the bits alone,
+    // 0x7fffffff would carry into -0 (row 0) and 0x7f800001 would become +inf (row inf).
+    for (const std::uint32_t nan_bits : {0x7fffffffu, 0x7f800001u, 0xffc00001u}) {
+      std::vector<float> xn(static_cast<std::size_t>(cols), 1.0f), yn(static_cast<std::size_t>(rows), 0.0f);
+      xn[69] = std::bit_cast<float>(nan_bits);
+      gemm(xn.data(), cols, 1, matrix_view::of(w), yn.data(), rows, activations::bf16);
+      INFO("isa=" << to_string(path) << " NaN bits " << std::hex << nan_bits);
+      REQUIRE(std::isnan(yn[69]));
     }
   }
 }
