@@ -64,7 +64,8 @@ void decode_shapes_bench(double seconds) {
   });
   // Batch 1 (decode) and 16 (batched decode: 16 sequences' tokens share each call).
   constexpr int max_tokens = 16;
-  std::vector<float> x(static_cast<std::size_t>(max_tokens) * 7168), y(static_cast<std::size_t>(max_tokens) * 16384);
+  constexpr std::int64_t ldy = 16384; // the widest output (the LM head)
+  std::vector<float> x(static_cast<std::size_t>(max_tokens) * 7168), y(static_cast<std::size_t>(max_tokens * ldy));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(std::cos(0.37 * static_cast<double>(i)));
   const double bytes = static_cast<double>(total) * 2;
   std::vector<std::pair<const std::uint8_t*, std::int64_t>> regions = {
@@ -83,7 +84,7 @@ void decode_shapes_bench(double seconds) {
           std::vector<dense::bf16_output> outs;
           std::int64_t row = 0;
           for (const auto& [n, k] : g) {
-            outs.push_back({w + off, n, y.data() + row, 16384, act});
+            outs.push_back({w + off, n, y.data() + row, ldy, act});
             off += n * k;
             row = (row + n) % 8192; // outputs only need to be distinct within a call
           }

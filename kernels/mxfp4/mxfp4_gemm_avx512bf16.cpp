@@ -77,27 +77,28 @@ void micro_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int
     }
 }
 
+// One pass: up to 4 tokens (padded to 1, 2 or 4) against R rows.
+template <int R, bool Prefetch>
+void pass_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t row_bytes, std::int64_t nb,
+               const std::uint16_t* luts, const std::uint16_t* xb, std::int64_t spans, float* y, std::int64_t ldy, int tokens,
+               const std::uint8_t* pf_packed, const std::uint8_t* pf_scales) {
+  if (tokens <= 1) micro_bf16<R, 1, Prefetch>(packed, scales, row_bytes, nb, luts, xb, spans, y, ldy, tokens, pf_packed, pf_scales);
+  else if (tokens <= 2) micro_bf16<R, 2, Prefetch>(packed, scales, row_bytes, nb, luts, xb, spans, y, ldy, tokens, pf_packed, pf_scales);
+  else micro_bf16<R, 4, Prefetch>(packed, scales, row_bytes, nb, luts, xb, spans, y, ldy, tokens, pf_packed, pf_scales);
+}
+
 // One row group against the tile's tokens in passes of up to 4 (16 accumulators, 8 activation
 // loads and 4 row decodes per 32 vdpbf16ps): the R rows are read from memory once, by the first
-// pass, and from L1 by the others. A pass of 3 runs as 4 over a zero token.
+// pass (the one that prefetches), and from L1 by the others. A pass of 3 runs as 4 over a zero
+// token.
 template <int R>
 void group_bf16(const std::uint8_t* packed, const std::uint8_t* scales, std::int64_t row_bytes, std::int64_t nb,
                 const std::uint16_t* luts, const std::uint16_t* xb, std::int64_t spans, float* y, std::int64_t ldy, int tg,
                 const std::uint8_t* pf_packed, const std::uint8_t* pf_scales) {
-  for (int t0 = 0; t0 < tg; t0 += 4) {
-    const int left = tg - t0;
-    const std::uint16_t* xt = xb + static_cast<std::int64_t>(t0) * spans * 64;
-    float* yt = y + static_cast<std::int64_t>(t0) * ldy;
-    if (t0 == 0) {
-      if (left <= 1) micro_bf16<R, 1, true>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
-      else if (left <= 2) micro_bf16<R, 2, true>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
-      else micro_bf16<R, 4, true>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
-    } else {
-      if (left <= 1) micro_bf16<R, 1, false>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
-      else if (left <= 2) micro_bf16<R, 2, false>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
-      else micro_bf16<R, 4, false>(packed, scales, row_bytes, nb, luts, xt, spans, yt, ldy, left, pf_packed, pf_scales);
-    }
-  }
+  pass_bf16<R, true>(packed, scales, row_bytes, nb, luts, xb, spans, y, ldy, std::min(tg, 4), pf_packed, pf_scales);
+  for (int t0 = 4; t0 < tg; t0 += 4)
+    pass_bf16<R, false>(packed, scales, row_bytes, nb, luts, xb + static_cast<std::int64_t>(t0) * spans * 64, spans,
+                        y + static_cast<std::int64_t>(t0) * ldy, ldy, std::min(tg - t0, 4), pf_packed, pf_scales);
 }
 
 } // namespace
