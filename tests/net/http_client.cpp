@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <stdexcept>
 
 #include <arpa/inet.h>
@@ -116,6 +117,17 @@ http_response parse_response(const std::string& raw) {
   r.body = raw.substr(hend + 4);
   if (r.headers["transfer-encoding"] == "chunked") r.body = dechunk(r.body);
   return r;
+}
+
+bool metrics_show(int port, const std::vector<std::string>& lines, int timeout_ms, std::string* last) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const std::string m = http_request(port, "GET", "/metrics").body;
+    const bool all = std::all_of(lines.begin(), lines.end(), [&](const std::string& l) { return m.find(l) != std::string::npos; });
+    if (last) *last = m;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
 }
 
 raw_connection::raw_connection(int port, int rcvbuf) : fd_(connect_to(port, rcvbuf)) {}

@@ -24,6 +24,11 @@ http_response http_request(int port, const std::string& method, const std::strin
 /// Parses a raw response (status line, headers, body de-chunked when chunked).
 http_response parse_response(const std::string& raw);
 
+/// Polls GET /metrics (each poll a real request, no sleeps) until its body holds every line of
+/// `lines`, or timeout_ms passes. Returns whether they all showed; `last` gets the final body
+/// (for the failure message).
+bool metrics_show(int port, const std::vector<std::string>& lines, int timeout_ms, std::string* last = nullptr);
+
 /// A connection the test can read from partially and then drop (disconnect tests).
 class raw_connection {
 public:

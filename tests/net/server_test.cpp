@@ -239,13 +239,13 @@ TEST_CASE("server: endpoints, streaming order and the OpenAI error shape", "[net
            std::to_string(body.size()) + "\r\n\r\n" + body);
     c.read_until("\"role\""); // the role chunk comes with the first token, whatever its text
     c.close();
-    // The next steps see the closed socket; poll the figures (each poll is a real request).
-    bool freed = false;
-    for (int i = 0; i < 2000 && !freed; ++i) {
-      const auto m = http_request(s.port, "GET", "/metrics").body;
-      freed = m.find("k3:kda_state_slots_used{model_name=\"Kimi-K3\"} 0") != std::string::npos &&
-              m.find("k3:http_requests_client_disconnected_total{model_name=\"Kimi-K3\"} 1") != std::string::npos;
-    }
+    // The next steps see the closed socket; poll the figures.
+    std::string m;
+    const bool freed = test::metrics_show(s.port,
+                                          {"k3:kda_state_slots_used{model_name=\"Kimi-K3\"} 0",
+                                           "k3:http_requests_client_disconnected_total{model_name=\"Kimi-K3\"} 1"},
+                                          60000, &m);
+    INFO(m);
     CHECK(freed);
   }
 }
