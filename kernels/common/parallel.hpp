@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <span>
 
 #include <omp.h>
 
@@ -59,6 +61,73 @@ void parallel_threads(Fn&& fn) {
   parallel_regions.fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel
   fn(omp_get_thread_num(), omp_get_num_threads());
+}
+
+/// Pieces [0, n) of a call, n = first.back() < 2^31, over the pool threads in contiguous runs
+/// that balance themselves. Run i is pieces [first[i], first[i+1]) (first: non-decreasing,
+/// first[0] = 0); pool thread i takes run i front to back, then, its run done, takes pieces from
+/// the back of whichever run has the most left, one at a time. So each thread streams through
+/// contiguous memory as with one static range per thread, yet a thread held up (a busy shared
+/// core, an uneven cost estimate) no longer holds the join: the others finish its run's tail.
+/// Callers make runs of equal estimated cost, one per thread (kernel_threads()); runs beyond the
+/// team are taken by stealing. fn(p, next) runs piece p; next is the piece this thread expects
+/// to run after it (the following one of the run it is taking from the front, the preceding one
+/// when stealing) or -1 — a prefetch hint, since another thread may take it first. Serially
+/// (one thread, inside a parallel region) the pieces run in order 0 … n−1. Every piece runs
+/// exactly once; fn must not throw.
+template <class Fn>
+void parallel_pieces(std::span<const std::int64_t> first, Fn&& fn) {
+  if (first.size() < 2) return;
+  const std::int64_t n = first.back();
+  if (n <= 0) return;
+  if (omp_in_parallel() || omp_get_max_threads() == 1) {
+    for (std::int64_t p = 0; p < n; ++p) fn(p, p + 1 < n ? p + 1 : -1);
+    return;
+  }
+  // Each run's [front, back) as one word (front low, back high), its own cache line.
+  struct alignas(64) run_state {
+    std::atomic<std::uint64_t> fb;
+  };
+  const std::size_t runs = first.size() - 1;
+  const std::unique_ptr<run_state[]> st(new run_state[runs]);
+  constexpr std::uint64_t low = 0xffffffffu;
+  auto pack = [](std::uint64_t f, std::uint64_t b) { return f | b << 32; };
+  for (std::size_t r = 0; r < runs; ++r)
+    st[r].fb.store(pack(static_cast<std::uint64_t>(first[r]), static_cast<std::uint64_t>(first[r + 1])),
+                   std::memory_order_relaxed);
+  // Takes the front (owner) or back (thief) piece of run r; -1 when it is empty.
+  auto take = [&](std::size_t r, bool front) -> std::int64_t {
+    std::uint64_t v = st[r].fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::uint64_t f = v & low, b = v >> 32;
+      if (f >= b) return -1;
+      const std::uint64_t nv = front ? pack(f + 1, b) : pack(f, b - 1);
+      if (st[r].fb.compare_exchange_weak(v, nv, std::memory_order_relaxed))
+        return static_cast<std::int64_t>(front ? f : b - 1);
+    }
+  };
+  parallel_threads([&](int ti, int) {
+    const auto own = static_cast<std::size_t>(ti);
+    if (own < runs)
+      for (std::int64_t p = take(own, true); p >= 0;) {
+        const std::uint64_t v = st[own].fb.load(std::memory_order_relaxed);
+        fn(p, (v & low) < (v >> 32) ? static_cast<std::int64_t>(v & low) : -1);
+        p = take(own, true);
+      }
+    for (;;) {
+      std::size_t victim = runs;
+      std::uint64_t most = 0;
+      for (std::size_t r = 0; r < runs; ++r) {
+        const std::uint64_t v = st[r].fb.load(std::memory_order_relaxed), f = v & low, b = v >> 32;
+        if (b > f && b - f > most) most = b - f, victim = r;
+      }
+      if (victim == runs) return;
+      const std::int64_t p = take(victim, false);
+      if (p < 0) continue;
+      const std::uint64_t v = st[victim].fb.load(std::memory_order_relaxed);
+      fn(p, static_cast<std::int64_t>(v & low) < p ? p - 1 : -1);
+    }
+  });
 }
 
 } // namespace k3

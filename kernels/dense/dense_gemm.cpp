@@ -156,7 +156,8 @@ void round_x2(const float* x, std::int64_t ldx, std::int64_t rows, std::int64_t 
 // pool thread (boundaries on 4-row blocks): long ranges let each thread stream (8 dynamic
 // items per thread measured 0.65–0.72 of a streaming read on the test checkpoint's decode
 // shapes, one range per thread 0.78–0.83, 2-thread Zen 5), and outputs that share x cost one
-// fork/join. bf16 activations are rounded once here, on the calling thread (m·k values, small
+// fork/join. The ranges balance themselves (parallel_pieces): their tails go to whichever
+// thread is free. bf16 activations are rounded once here, on the calling thread (m·k values, small
 // next to the weights): to bf16 for the vdpbf16ps kernel, else to fp32 holding the rounded
 // values. A row's result does not depend on the partition.
 void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k, std::span<const bf16_output> outs) {
@@ -227,7 +228,39 @@ void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k
     }
     return total;
   };
-  parallel_threads([&](int ti, int nt) { run(bound(ti, nt), bound(ti + 1, nt)); });
+  // Each thread's range as pieces (parallel_pieces): split where an output ends, and halved
+  // again and again (≥ 4-row blocks of ≥ 128 KiB) so that a thread's run starts with long
+  // streams and ends in pieces small enough for another thread to finish when this one lags.
+  // Which thread sums a row never changes its bits.
+  const std::int64_t min_rows = std::max<std::int64_t>(16, (131072 / (2 * k) + 3) / 4 * 4);
+  // (Named through references: a thread_local named inside the pool threads' lambda would be
+  // each pool thread's own, empty, copy.)
+  thread_local std::vector<std::int64_t> cuts_buf, first_buf;
+  std::vector<std::int64_t>& cuts = cuts_buf;
+  std::vector<std::int64_t>& first = first_buf;
+  cuts.assign(1, 0);
+  first.assign(1, 0);
+  const int nt = kernel_threads();
+  for (int ti = 0; ti < nt; ++ti) {
+    const std::int64_t b = bound(ti + 1, nt);
+    for (std::int64_t a = cuts.back(); a < b;) {
+      std::int64_t s = 0, e = total; // the output holding row a
+      for (const bf16_output& o : outs) {
+        if (a < s + o.n) {
+          e = s + o.n;
+          break;
+        }
+        s += o.n;
+      }
+      const std::int64_t half = std::max(min_rows, (b - a) / 2 / 4 * 4);
+      a = std::min({e, b, a + half});
+      cuts.push_back(a);
+    }
+    first.push_back(static_cast<std::int64_t>(cuts.size()) - 1);
+  }
+  parallel_pieces(first, [&](std::int64_t p, std::int64_t) {
+    run(cuts[static_cast<std::size_t>(p)], cuts[static_cast<std::size_t>(p) + 1]);
+  });
 }
 
 // Whether gemm_bf16 takes the GEMV route for these sizes (no AMX batch, no tokens-in-lanes tiles).

@@ -83,8 +83,9 @@ constexpr std::int64_t chain_max_tokens = 6;
 // first 16 KB were read at DRAM latency. Runs are weighted by rows × (tokens + 3) (a row's
 // decode costs about three tokens' multiply-adds) and cut at 4-row boundaries, so every row's
 // result is the one the dynamic route gives (each row is summed alone, in column order).
-// piece(seg, r0, r1, next) runs rows [r0, r1) of segment seg, next = where the thread's next
-// piece starts (empty for its last).
+// The runs balance themselves (parallel_pieces): a thread done with its own run takes pieces
+// from the back of the other's. piece(seg, r0, r1, next) runs rows [r0, r1) of segment seg,
+// next = where the thread's next piece probably starts (empty when there is none).
 template <class Piece>
 void chained_rows(std::span<const expert_segment> segments, std::int64_t work, Piece piece) {
   const auto ns = static_cast<std::int64_t>(segments.size());
@@ -107,27 +108,59 @@ void chained_rows(std::span<const expert_segment> segments, std::int64_t work, P
     }
     return {ns, 0};
   };
-  // Rows [a, b) segment by segment; each piece is run once the next one is known, so it can
-  // be handed the next piece's start.
-  auto run = [&](pos a, pos b) {
-    std::int64_t ps = -1, p0 = 0, p1 = 0; // the piece waiting for its successor
-    auto flush = [&](const detail::next_rows& next) { piece(static_cast<std::size_t>(ps), p0, p1, next); };
-    for (std::int64_t s = a.seg; s < ns && s <= b.seg; ++s) {
-      const std::int64_t r0 = s == a.seg ? a.row : 0, r1 = s == b.seg ? b.row : rows(s);
-      if (r0 >= r1) continue;
-      if (ps >= 0) {
-        const matrix_view& w = segments[static_cast<std::size_t>(s)].w;
-        flush({w.packed + r0 * (w.cols / 2), w.scales + r0 * (w.cols / block_size)});
-      }
-      ps = s, p0 = r0, p1 = r1;
-    }
-    if (ps >= 0) flush({});
+  auto start_of = [&](std::int64_t s, std::int64_t r) {
+    const matrix_view& w = segments[static_cast<std::size_t>(s)].w;
+    return detail::next_rows{w.packed + r * (w.cols / 2), w.scales + r * (w.cols / block_size)};
   };
   if (work < min_parallel_work) {
-    run({0, 0}, {ns, 0});
+    // Serially: every segment's rows in order, each told where the next one starts.
+    std::int64_t ps = -1;
+    for (std::int64_t s = 0; s < ns; ++s) {
+      if (rows(s) == 0) continue;
+      if (ps >= 0) piece(static_cast<std::size_t>(ps), 0, rows(ps), start_of(s, 0));
+      ps = s;
+    }
+    if (ps >= 0) piece(static_cast<std::size_t>(ps), 0, rows(ps), {});
     return;
   }
-  parallel_threads([&](int ti, int nt) { run(bound(ti, nt), bound(ti + 1, nt)); });
+  // Each thread's rows as pieces that balance themselves (parallel_pieces): cut where a
+  // segment ends, the run's last rows halved down to 64-row pieces, so that a thread that lags
+  // (a busy shared core) has its tail finished by the other. Which thread sums a row never
+  // changes its bits.
+  struct cut {
+    std::int64_t seg, r0, r1;
+  };
+  // (Named through references: a thread_local named inside the pool threads' lambda would be
+  // each pool thread's own, empty, copy.)
+  thread_local std::vector<cut> pieces_buf;
+  thread_local std::vector<std::int64_t> first_buf;
+  std::vector<cut>& pieces = pieces_buf;
+  std::vector<std::int64_t>& first = first_buf;
+  pieces.clear();
+  first.assign(1, 0);
+  const int nt = kernel_threads();
+  for (int ti = 0; ti < nt; ++ti) {
+    const pos a = bound(ti, nt), b = bound(ti + 1, nt);
+    std::int64_t left = 0; // the run's rows not yet cut
+    for (std::int64_t s = a.seg; s < ns && s <= b.seg; ++s)
+      left += (s == b.seg ? b.row : rows(s)) - (s == a.seg ? a.row : 0);
+    for (std::int64_t s = a.seg; s < ns && s <= b.seg; ++s) {
+      const std::int64_t r1 = s == b.seg ? b.row : rows(s);
+      for (std::int64_t r0 = s == a.seg ? a.row : 0; r0 < r1;) {
+        const std::int64_t r = std::min(r1, r0 + std::max<std::int64_t>(64, left / 2 / 4 * 4));
+        pieces.push_back({s, r0, r});
+        left -= r - r0;
+        r0 = r;
+      }
+    }
+    first.push_back(static_cast<std::int64_t>(pieces.size()));
+  }
+  parallel_pieces(first, [&](std::int64_t p, std::int64_t q) {
+    const cut& c = pieces[static_cast<std::size_t>(p)];
+    const detail::next_rows next = q >= 0 ? start_of(pieces[static_cast<std::size_t>(q)].seg, pieces[static_cast<std::size_t>(q)].r0)
+                                          : detail::next_rows{};
+    piece(static_cast<std::size_t>(c.seg), c.r0, c.r1, next);
+  });
 }
 
 // grouped_gemm for activations::int8 where AVX512-VNNI is usable. First every token is
