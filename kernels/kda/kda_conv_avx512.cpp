@@ -19,19 +19,75 @@
 namespace k3::kda::detail {
 namespace {
 
+// K = 4 (the models' window) over 16 whole channels: the weights' and the carried window's
+// channel-major rows ([c][4], [c][3]) turned into [j][16 channels] and back by register
+// permutes. A decode token's call (16 sequences × 3 streams a layer) is little more than this
+// transpose: element by element it took ~300 cycles per 16 channels, gathers were no faster.
+struct window4 {
+  alignas(64) std::int32_t w[4][16];                // into A|B (lanes 0-7) and C|D, per tap j
+  alignas(64) std::int32_t in_lo[3][16], in_hi[3][16]; // state in: flat 3l + j from S0|S1, else S2
+  alignas(64) std::int32_t out_ab[3][16], out_c[3][16]; // state out: flat 16q + i from win0|win1, else win2
+  __mmask16 in_m[3] = {}, out_m[3] = {};
+  window4() {
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l) w[j][l] = (l % 8 < 4 ? 0 : 16) + 4 * (l % 4) + j;
+    for (int j = 0; j < 3; ++j)
+      for (int l = 0; l < 16; ++l) {
+        const int f = 3 * l + j;
+        in_lo[j][l] = f < 32 ? f : 0;
+        in_hi[j][l] = f < 32 ? 0 : f - 32;
+        if (f >= 32) in_m[j] = static_cast<__mmask16>(in_m[j] | 1u << l);
+      }
+    for (int q = 0; q < 3; ++q)
+      for (int i = 0; i < 16; ++i) {
+        const int f = 16 * q + i, l = f / 3, j = f % 3;
+        out_ab[q][i] = j == 1 ? 16 + l : l;
+        out_c[q][i] = l;
+        if (j == 2) out_m[q] = static_cast<__mmask16>(out_m[q] | 1u << i);
+      }
+  }
+};
+
+const window4& tables4() {
+  static const window4 t;
+  return t;
+}
+
 template <int K>
 void conv_vector(const float* x, std::int64_t T, std::int64_t C, const float* w, float* state, float* y,
                  std::int64_t c, __mmask16 m) {
   constexpr int KM = K, kk = K;
   alignas(64) float tmp[KM * 16];
-  // Weights and carried window, transposed to [j][16 channels].
-  for (int j = 0; j < kk; ++j)
-    for (int l = 0; l < 16; ++l) tmp[j * 16 + l] = (m >> l) & 1 ? w[(c + l) * kk + j] : 0.0f;
   __m512 wv[KM], win[KM];
-  for (int j = 0; j < kk; ++j) wv[j] = _mm512_load_ps(tmp + j * 16);
-  for (int j = 0; j + 1 < kk; ++j)
-    for (int l = 0; l < 16; ++l) tmp[j * 16 + l] = (m >> l) & 1 ? state[(c + l) * (kk - 1) + j] : 0.0f;
-  for (int j = 0; j + 1 < kk; ++j) win[j] = _mm512_load_ps(tmp + j * 16);
+  // Weights and carried window, transposed to [j][16 channels].
+  const bool fast = K == 4 && m == 0xFFFF;
+  if constexpr (K == 4) {
+    if (fast) {
+      const window4& t = tables4();
+      const float* wc = w + c * 4;
+      const __m512 a = _mm512_loadu_ps(wc), b = _mm512_loadu_ps(wc + 16), cc = _mm512_loadu_ps(wc + 32),
+                   d = _mm512_loadu_ps(wc + 48);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i idx = _mm512_load_si512(t.w[j]);
+        const __m512 ab = _mm512_permutex2var_ps(a, idx, b), cd = _mm512_permutex2var_ps(cc, idx, d);
+        wv[j] = _mm512_insertf32x8(ab, _mm512_castps512_ps256(cd), 1);
+      }
+      const float* sc = state + c * 3;
+      const __m512 s0 = _mm512_loadu_ps(sc), s1 = _mm512_loadu_ps(sc + 16), s2 = _mm512_loadu_ps(sc + 32);
+      for (int j = 0; j < 3; ++j) {
+        const __m512 lo = _mm512_permutex2var_ps(s0, _mm512_load_si512(t.in_lo[j]), s1);
+        win[j] = _mm512_mask_permutexvar_ps(lo, t.in_m[j], _mm512_load_si512(t.in_hi[j]), s2);
+      }
+    }
+  }
+  if (!fast) {
+    for (int j = 0; j < kk; ++j)
+      for (int l = 0; l < 16; ++l) tmp[j * 16 + l] = (m >> l) & 1 ? w[(c + l) * kk + j] : 0.0f;
+    for (int j = 0; j < kk; ++j) wv[j] = _mm512_load_ps(tmp + j * 16);
+    for (int j = 0; j + 1 < kk; ++j)
+      for (int l = 0; l < 16; ++l) tmp[j * 16 + l] = (m >> l) & 1 ? state[(c + l) * (kk - 1) + j] : 0.0f;
+    for (int j = 0; j + 1 < kk; ++j) win[j] = _mm512_load_ps(tmp + j * 16);
+  }
   const __m512 one = _mm512_set1_ps(1.0f);
   for (std::int64_t t = 0; t < T; ++t) {
     win[kk - 1] = _mm512_maskz_loadu_ps(m, x + t * C + c);
@@ -40,6 +96,17 @@ void conv_vector(const float* x, std::int64_t T, std::int64_t C, const float* w,
     for (int j = 0; j + 1 < kk; ++j) win[j] = win[j + 1];
     const __m512 e = simd512::exp16(_mm512_sub_ps(_mm512_setzero_ps(), s));
     _mm512_mask_storeu_ps(y + t * C + c, m, _mm512_div_ps(s, _mm512_add_ps(one, e)));
+  }
+  if constexpr (K == 4) {
+    if (fast) {
+      const window4& t = tables4();
+      float* sc = state + c * 3;
+      for (int q = 0; q < 3; ++q) {
+        const __m512 ab = _mm512_permutex2var_ps(win[0], _mm512_load_si512(t.out_ab[q]), win[1]);
+        _mm512_storeu_ps(sc + 16 * q, _mm512_mask_permutexvar_ps(ab, t.out_m[q], _mm512_load_si512(t.out_c[q]), win[2]));
+      }
+      return;
+    }
   }
   for (int j = 0; j + 1 < kk; ++j) _mm512_store_ps(tmp + j * 16, win[j]);
   for (int j = 0; j + 1 < kk; ++j)
