@@ -5,6 +5,9 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "kernels/common/parallel.hpp"
 
 namespace k3::router {
 namespace {
@@ -29,11 +32,19 @@ void route(const float* logits, std::int64_t T, const float* bias, const params&
            float* weights) {
   validate(p);
   const int E = p.num_experts, k = p.top_k, G = p.num_groups, per = E / G;
-  std::vector<float> s(E), choice(E);
-  std::vector<int> order(E), gorder(G);
-  std::vector<float> gscore(G);
-  std::vector<char> keep(E);
-  for (std::int64_t t = 0; t < T; ++t) {
+  // Tokens are routed independently, so a batch's tokens go over the pool (a 16-token decode
+  // step ran them serially on the calling thread while the other waited: ~1% of the step on
+  // the test checkpoint); each token's result is the same wherever it runs.
+  parallel_for_work(T, T * E * 24, [&](std::int64_t t) {
+    thread_local std::vector<float> s, choice, gscore;
+    thread_local std::vector<int> order, gorder;
+    thread_local std::vector<char> keep;
+    s.resize(static_cast<std::size_t>(E));
+    choice.resize(static_cast<std::size_t>(E));
+    order.resize(static_cast<std::size_t>(E));
+    keep.resize(static_cast<std::size_t>(E));
+    gorder.resize(static_cast<std::size_t>(G));
+    gscore.resize(static_cast<std::size_t>(G));
     const float* lt = logits + t * E;
     for (int e = 0; e < E; ++e) {
       s[e] = 1.0f / (1.0f + std::exp(-lt[e]));
@@ -73,7 +84,7 @@ void route(const float* logits, std::int64_t T, const float* bias, const params&
     }
     const float norm = p.renormalize ? 1.0f / (sum + 1e-20f) : 1.0f;
     for (int j = 0; j < k; ++j) weights[t * k + j] *= norm * p.scaling;
-  }
+  });
 }
 
 moe_plan plan(const std::int32_t* ids, std::int64_t T, int k, int num_experts) {
