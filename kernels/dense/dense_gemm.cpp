@@ -233,13 +233,7 @@ void gemv_route(const float* x, std::int64_t ldx, std::int64_t m, std::int64_t k
   // streams and ends in pieces small enough for another thread to finish when this one lags.
   // Which thread sums a row never changes its bits.
   const std::int64_t min_rows = std::max<std::int64_t>(16, (131072 / (2 * k) + 3) / 4 * 4);
-  // (Named through references: a thread_local named inside the pool threads' lambda would be
-  // each pool thread's own, empty, copy.)
-  thread_local std::vector<std::int64_t> cuts_buf, first_buf;
-  std::vector<std::int64_t>& cuts = cuts_buf;
-  std::vector<std::int64_t>& first = first_buf;
-  cuts.assign(1, 0);
-  first.assign(1, 0);
+  std::vector<std::int64_t> cuts{0}, first{0}; // piece boundaries (rows); each thread's first piece
   const int nt = kernel_threads();
   for (int ti = 0; ti < nt; ++ti) {
     const std::int64_t b = bound(ti + 1, nt);

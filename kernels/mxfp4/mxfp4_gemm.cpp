@@ -130,14 +130,8 @@ void chained_rows(std::span<const expert_segment> segments, std::int64_t work, P
   struct cut {
     std::int64_t seg, r0, r1;
   };
-  // (Named through references: a thread_local named inside the pool threads' lambda would be
-  // each pool thread's own, empty, copy.)
-  thread_local std::vector<cut> pieces_buf;
-  thread_local std::vector<std::int64_t> first_buf;
-  std::vector<cut>& pieces = pieces_buf;
-  std::vector<std::int64_t>& first = first_buf;
-  pieces.clear();
-  first.assign(1, 0);
+  std::vector<cut> pieces;
+  std::vector<std::int64_t> first{0}; // each thread's first piece
   const int nt = kernel_threads();
   for (int ti = 0; ti < nt; ++ti) {
     const pos a = bound(ti, nt), b = bound(ti + 1, nt);
