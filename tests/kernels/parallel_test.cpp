@@ -48,7 +48,7 @@ record run(const std::vector<std::int64_t>& first, int nt, Slow slow) {
 TEST_CASE("parallel_pieces runs every piece once, each run front to back by its owner", "[parallel]") {
   // Runs of uneven length, empty ones, more runs than threads (the extra ones are stolen), and
   // 1–4 threads. Whatever each thread got, a piece it took from its own run's front comes after
-  // the previous one it took there.
+  // the previous one it took there, and one it stole before the previous one it stole there.
   const std::vector<std::vector<std::int64_t>> layouts = {
       {0, 1}, {0, 5, 9}, {0, 0, 7}, {0, 3, 3, 11}, {0, 40, 41, 100, 160}, {0, 2, 4, 6, 8, 10, 12, 14}};
   for (const auto& first : layouts)
@@ -56,12 +56,24 @@ TEST_CASE("parallel_pieces runs every piece once, each run front to back by its 
       INFO("runs=" << first.size() - 1 << " pieces=" << first.back() << " threads=" << nt);
       const record r = run(first, nt, [](std::int64_t) {});
       for (const int c : r.count) REQUIRE(c == 1);
-      for (const auto& calls : r.by_thread)
-        for (const visit& v : calls) {
+      for (std::size_t t = 0; t < r.by_thread.size(); ++t) {
+        // Per run, the pieces this thread took: rising in its own run (or in every run when
+        // serial), falling in another's (stolen from the back).
+        std::vector<std::int64_t> last(first.size() - 1, -1);
+        for (const visit& v : r.by_thread[t]) {
           REQUIRE(v.next >= -1);
           REQUIRE(v.next < first.back());
           REQUIRE(v.next != v.piece);
+          std::size_t run_of = 0;
+          while (v.piece >= first[run_of + 1]) ++run_of;
+          INFO("thread " << t << " piece " << v.piece << " of run " << run_of);
+          if (last[run_of] >= 0) {
+            if (run_of == t || nt == 1) REQUIRE(v.piece > last[run_of]);
+            else REQUIRE(v.piece < last[run_of]);
+          }
+          last[run_of] = v.piece;
         }
+      }
     }
 }
 
